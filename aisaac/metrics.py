@@ -7,22 +7,23 @@ Docs: https://aisaac-dev.github.io/aisaac/metrics.html.md"""
 # %% auto #0
 __all__ = ['MetricsCB']
 
-# %% ../nbs/05_metrics.ipynb #8a1828db
+# %% ../nbs/05_metrics.ipynb #1362393e
 import torch
 from .core import Callback
 
-# %% ../nbs/05_metrics.ipynb #9ba3554a
+# %% ../nbs/05_metrics.ipynb #503dbcf8
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size) and `metrics` computed on the validation set, per epoch"
     def __init__(self, *metrics, **named_metrics):
         self.metrics = {type(m).__name__: m for m in metrics} | named_metrics
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
-        self.row = {}
 
-    def before_epoch(self, trainer):
-        "Start the pass's sums at zero"
-        self.loss_sum, self.count, self.batch_losses, self.device = 0., 0, [], None
-        if trainer.training: self.row = {'epoch': trainer.epoch}
+    def before_fit(self, trainer):
+        "Start the sums at zero"
+        self.device, self.row = None, {}
+        self._reset()
+
+    def _reset(self): self.loss_sum, self.count, self.batch_losses = 0., 0, []
 
     def after_batch(self, trainer):
         "Add the batch's loss, and on validation update the metrics, all on the device"
@@ -43,14 +44,17 @@ class MetricsCB(Callback):
         "Read the pass's loss and metrics once, keep them, and log the epoch's row when it is complete"
         if self.batch_losses:
             self.losses_batch += [{'training': trainer.training, 'loss': v} for v in torch.stack(self.batch_losses).float().tolist()]
+        self.row.setdefault('epoch', trainer.epoch)
         split = 'train' if trainer.training else 'valid'
         self.row[split] = (self.loss_sum / self.count).item() if self.count else float('nan')
         if not trainer.training:
             self.row |= {name: float(m.compute()) for name, m in self.metrics.items()}
             for m in self.metrics.values(): m.reset()
         if not trainer.training or not trainer.do_valid: self._log(trainer)
+        self._reset()
 
     def _log(self, trainer):
         self.losses_epoch.append({k: self.row[k] for k in ('train', 'valid') if k in self.row})
         if not trainer.training: self.metrics_epoch.append({k: self.row[k] for k in self.metrics})
-        trainer.run_callbacks('log_metrics', metrics=dict(self.row))
+        row, self.row = self.row, {}
+        trainer.run_callbacks('log_metrics', metrics=row)
