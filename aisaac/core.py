@@ -9,26 +9,26 @@ __all__ = ['Callback', 'CancelFitException', 'CancelEpochException', 'CancelBatc
            'CancelStepException', 'with_cbs', 'CallbackMixin', 'GlobalCallbackHandle', 'register_global_callback',
            'Trainer', 'CallbackSummary', 'summarize_callbacks', 'view_source_code']
 
-# %% ../nbs/00_core.ipynb #d45786be
+# %% ../nbs/00_core.ipynb #3dff912f
 import functools, inspect, itertools, weakref
 import torch
 from fastcore.basics import patch
 
-# %% ../nbs/00_core.ipynb #3e3b98c2
+# %% ../nbs/00_core.ipynb #c10d7360
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
     order = 0     # callbacks run sorted by `order`
     core = False  # library callbacks that implement the loop run first among equal `order`
     def __repr__(self): return f'{type(self).__name__}()'
 
-# %% ../nbs/00_core.ipynb #ece1e675
+# %% ../nbs/00_core.ipynb #485406a2
 class CancelFitException(Exception):      "Raise in a callback to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(Exception):    "Raise in a callback to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
 class CancelBatchException(Exception):    "Raise in a callback to skip the rest of this batch: `after_batch` is skipped, `cleanup_batch` runs"
 class CancelBackwardException(Exception): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(Exception):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../nbs/00_core.ipynb #9a086ebb
+# %% ../nbs/00_core.ipynb #1d660484
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
     def __init__(self, nm:str, exception:type=None):
@@ -50,7 +50,7 @@ class with_cbs:
 
 class _NeverRaised(Exception): "Stands for 'no cancel exception' in `with_cbs`"
 
-# %% ../nbs/00_core.ipynb #60ef16a0
+# %% ../nbs/00_core.ipynb #d508fd9b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _check_callback(cb):
@@ -75,10 +75,10 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
-# %% ../nbs/00_core.ipynb #03196011
+# %% ../nbs/00_core.ipynb #b7f9b27a
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
-# %% ../nbs/00_core.ipynb #9ed74c9e
+# %% ../nbs/00_core.ipynb #e2798577
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -147,7 +147,7 @@ class CallbackMixin:
                 if kwargs: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
                 else: f(self)
 
-# %% ../nbs/00_core.ipynb #1bda5fb5
+# %% ../nbs/00_core.ipynb #cd62ac6f
 @patch
 def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
@@ -177,7 +177,7 @@ def _handlers_of(self:CallbackMixin, event):
     if handlers is None: handlers = self._table[event] = self._handlers(event)
     return handlers
 
-# %% ../nbs/00_core.ipynb #09896483
+# %% ../nbs/00_core.ipynb #10135707
 def _event_name(event):
     "ArcticTraining's 'pre-step'/'post-step' as aisaac's 'before_step'/'after_step'; other names unchanged"
     for old, new in (('pre-', 'before_'), ('post-', 'after_')):
@@ -208,7 +208,7 @@ def _init_subclass(cls, **kwargs):
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 
-# %% ../nbs/00_core.ipynb #6479a0e4
+# %% ../nbs/00_core.ipynb #fd205b21
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
     def __init__(self, cb): self.cb = cb
@@ -230,7 +230,7 @@ def register_global_callback(cb):
     _global_changed()
     return GlobalCallbackHandle(cb)
 
-# %% ../nbs/00_core.ipynb #69138800
+# %% ../nbs/00_core.ipynb #bc5fe45f
 @patch
 def __enter__(self:Callback):
     "Register this callback globally for the `with` block"
@@ -242,7 +242,7 @@ def __exit__(self:Callback, *exc_info):
     "Unregister this callback, whatever happened in the block"
     self._global_handle.remove()
 
-# %% ../nbs/00_core.ipynb #2c93cfd3
+# %% ../nbs/00_core.ipynb #0a193b26
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
@@ -255,7 +255,7 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
 
 _END = object()
 
-# %% ../nbs/00_core.ipynb #1a6d83eb
+# %% ../nbs/00_core.ipynb #0de7122f
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     def __init__(self, dls, # an object with `train` and `valid` loaders
@@ -334,7 +334,17 @@ class Trainer(CallbackMixin):
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
 
-# %% ../nbs/00_core.ipynb #db92f598
+# %% ../nbs/00_core.ipynb #f74bf3ef
+_batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
+                 'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
+                 'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
+                 'after_batch', 'cleanup_batch', 'checkpoint')
+Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', 'before_fit',
+                  'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
+                  'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
+                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
+
+# %% ../nbs/00_core.ipynb #011b0f6b
 class CallbackSummary(list):
     "Rows of (event, callback, order, what it does); shows as a table"
     headers = ('event', 'callback', 'order', 'does')
@@ -350,16 +360,7 @@ def _doc(f, cb):
     doc = inspect.getdoc(f) or inspect.getdoc(type(cb)) or ''
     return doc.splitlines()[0] if doc else ''
 
-# %% ../nbs/00_core.ipynb #cb81b420
-_batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
-                 'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
-                 'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
-                 'after_batch', 'cleanup_batch', 'checkpoint')
-Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', 'before_fit',
-                  'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
-                  'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
-                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
-
+# %% ../nbs/00_core.ipynb #f9a8fa9f
 def _name_of(owner, cb):
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
     return entry[3] if entry else type(cb).__name__
@@ -378,7 +379,7 @@ def summarize_callbacks(self:CallbackMixin):
 
 CallbackMixin.summarize_callbacks = summarize_callbacks
 
-# %% ../nbs/00_core.ipynb #41031a16
+# %% ../nbs/00_core.ipynb #7baa631a
 def view_source_code(obj):
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)
