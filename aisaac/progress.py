@@ -7,17 +7,17 @@ Docs: https://aisaac-dev.github.io/aisaac/progress.html.md"""
 # %% auto #0
 __all__ = ['ProgressCB']
 
-# %% ../nbs/06_progress.ipynb #4e3bbc0a
-import math, time
-from fastprogress.fastprogress import master_bar, progress_bar
+# %% ../nbs/06_progress.ipynb #9b9cb526
+import sys, time
+from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from .core import Callback
 
-# %% ../nbs/06_progress.ipynb #09b91673
+# %% ../nbs/06_progress.ipynb #755fbe9c
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
 
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, and a table of each epoch's `log_metrics` row"
-    order = 10
+    order, on_error = 10, 'warn'
     def __init__(self, plot:bool=False, # also plot the losses (notebook only)
                  refresh:float=0.5): # seconds between two readings of the loss for the bar
         self.plot, self.refresh = plot, refresh
@@ -25,15 +25,16 @@ class ProgressCB(Callback):
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar"
         trainer.epochs = self.mbar = master_bar(trainer.epochs)
+        self.bars = IN_NOTEBOOK or sys.stdout.isatty()
         self.header, self.last, self.train_losses, self.valid_losses = None, 0., [], []
 
     def before_epoch(self, trainer):
         "Wrap the loader in a bar"
-        trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
+        if self.bars: trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
 
     def after_batch(self, trainer):
         "Show the loss now and then"
-        if time.monotonic() - self.last < self.refresh: return
+        if not self.bars or time.monotonic() - self.last < self.refresh: return
         self.last = time.monotonic()
         trainer.dl.comment = f'{trainer.loss.item():.3f}'
         if self.plot and trainer.training: self.train_losses.append(trainer.loss.item())

@@ -310,6 +310,7 @@ def test_summarize_callbacks_lists_events_in_loop_order_with_names():
     class Watch(Callback):
         "Watches the loop"
         order = 3
+        custom_events = ('after_custom',)
         def after_batch(self, trainer): "Look at the batch"
         def before_fit(self, trainer): pass
         def cleanup_fit(self, trainer): pass

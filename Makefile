@@ -1,0 +1,102 @@
+# aisaac: run and test commands. `make help` lists them.
+# Every target that runs code first runs `setup`, which is quick once done.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON    ?= python3
+VENV      ?= .venv
+TORCH     ?= torch==2.13.0
+# Optional pip index for torch, e.g. https://download.pytorch.org/whl/cpu on a machine
+# whose pip would otherwise pick a multi-GB CUDA build.
+TORCH_INDEX ?=
+DATA_DIR  ?= /usr/share/datasets/fashion-mnist
+N_WORKERS ?= 2
+DEMO_ARGS ?=
+
+BIN   := $(VENV)/bin
+PY    := $(BIN)/python
+STAMP := $(VENV)/.aisaac-installed
+
+.PHONY: help setup data demo test check-export nbtest pytest slow export clean bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+setup: $(STAMP) data ## create .venv, install CPU torch then aisaac[dev], check the data
+
+# The venv is (re)installed when it is missing or incomplete, or when pyproject.toml changed.
+$(STAMP): pyproject.toml
+	@if [ ! -x "$(PY)" ] || ! "$(PY)" -m pip --version >/dev/null 2>&1; then \
+	  echo ">>> creating $(VENV) with $$($(PYTHON) --version)"; \
+	  rm -rf "$(VENV)"; $(PYTHON) -m venv "$(VENV)"; \
+	fi
+	@echo ">>> installing $(TORCH) (CPU build) first, so that no CUDA build is pulled in"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	@echo ">>> installing aisaac in editable mode with the dev extra"
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch "$@"
+
+data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mnist)
+	@if [ -n "$${AISAAC_DATA:-}" ]; then \
+	  echo ">>> data: using AISAAC_DATA=$$AISAAC_DATA"; \
+	elif [ -d "$(DATA_DIR)" ]; then \
+	  echo ">>> data: found $(DATA_DIR)"; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo ">>> data: installing dataset-fashion-mnist with apt-get"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dataset-fashion-mnist \
+	    || echo "!!! data: apt-get failed; load_fashion_mnist() will try the Hugging Face hub"; \
+	else \
+	  echo "!!! data: $(DATA_DIR) is missing and apt-get is not usable here;"; \
+	  echo "    set AISAAC_DATA to a folder with the Fashion-MNIST IDX files, or let"; \
+	  echo "    load_fashion_mnist() download them from the Hugging Face hub."; \
+	fi
+
+demo: setup ## train the tutorial's model on full Fashion-MNIST (3 epochs), save out/loss.png
+	$(PY) scripts/demo.py $(DEMO_ARGS)
+
+test: setup ## all tests: export check, nbdev-test on every notebook, then pytest
+	@$(MAKE) --no-print-directory check-export
+	@$(MAKE) --no-print-directory nbtest
+	@$(MAKE) --no-print-directory pytest
+
+# nbdev-export must leave aisaac/ unchanged: the modules are generated from nbs/.
+check-export: $(STAMP)
+	@before=$$(find aisaac -type f -name '*.py' | sort | xargs md5sum); \
+	$(BIN)/nbdev-export; \
+	after=$$(find aisaac -type f -name '*.py' | sort | xargs md5sum); \
+	ok=1; [ "$$before" = "$$after" ] || ok=0; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git diff --quiet -- aisaac/ || ok=0; \
+	fi; \
+	if [ $$ok = 0 ]; then \
+	  echo "!!! aisaac/ is out of sync with nbs/: nbdev-export changed it (or it differs from what git has staged/committed)."; \
+	  git status --short -- aisaac/ 2>/dev/null || true; \
+	  echo "    Fix: run 'make export' and commit nbs/ together with aisaac/."; \
+	  exit 1; \
+	fi; \
+	echo ">>> nbdev-export: aisaac/ is in sync with nbs/"
+
+nbtest: $(STAMP) ## run every notebook in nbs/ with nbdev-test (slow cells skipped)
+	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing
+
+pytest: $(STAMP) ## run the pytest suite in tests/
+	@rc=0; $(BIN)/pytest -q tests || rc=$$?; \
+	if [ $$rc = 5 ]; then echo "!!! pytest collected no tests in tests/"; fi; \
+	exit $$rc
+
+slow: setup ## run the notebooks including cells flagged #| slow
+	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --flags slow --timing
+
+export: $(STAMP) ## nbdev-export: regenerate aisaac/ from the notebooks
+	$(BIN)/nbdev-export
+
+clean: $(STAMP) ## nbdev-clean: strip notebook metadata/outputs noise
+	$(BIN)/nbdev-clean
+
+bench: setup ## run every bench/*.py
+	@shopt -s nullglob; files=(bench/*.py); \
+	if [ $${#files[@]} = 0 ]; then echo "no benchmarks in bench/"; exit 0; fi; \
+	for f in "$${files[@]}"; do echo ">>> $$f"; $(PY) "$$f"; done
