@@ -7,7 +7,7 @@ Docs: https://aisaac-dev.github.io/aisaac/all.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #fb9594be
+# %% ../nbs/99_all.ipynb #e6487c73
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -19,8 +19,9 @@ from .data import *
 from .train import *
 from .metrics import *
 from .progress import *
+from .introspect import *
 from .groups import *
-from . import utils, models, core, data, train, metrics, progress, groups
+from . import utils, models, core, data, train, metrics, progress, introspect, groups
 
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [
-    name for module in (utils, models, core, data, train, metrics, progress, groups) for name in module.__all__]
+    name for module in (utils, models, core, data, train, metrics, progress, introspect, groups) for name in module.__all__]

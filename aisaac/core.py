@@ -9,19 +9,19 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'CancelBackwardException', 'CancelStepException', 'with_cbs', 'CallbackMixin', 'GlobalCallbackHandle',
            'register_global_callback', 'Trainer', 'CallbackSummary', 'Trace', 'view_source_code']
 
-# %% ../nbs/00_core.ipynb #04804edf
+# %% ../nbs/00_core.ipynb #c0c1fa28
 import contextlib, functools, inspect, itertools, time, warnings, weakref
 import torch
 from fastcore.basics import patch
 
-# %% ../nbs/00_core.ipynb #a9e5ba44
+# %% ../nbs/00_core.ipynb #f1bfa50b
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
     order = 0     # callbacks run sorted by `order`
     core = False  # library callbacks that implement the loop run first among equal `order`
     def __repr__(self): return f'{type(self).__name__}()'
 
-# %% ../nbs/00_core.ipynb #66b926c8
+# %% ../nbs/00_core.ipynb #eeae11a2
 class CancelException(Exception):         "Base of the exceptions that cancel part of the loop; never reported as errors"
 class CancelFitException(CancelException):      "Raise in a callback to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(CancelException):    "Raise in a callback to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
@@ -29,7 +29,7 @@ class CancelBatchException(CancelException):    "Raise in a callback to skip the
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../nbs/00_core.ipynb #8f095e73
+# %% ../nbs/00_core.ipynb #e8741f9d
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
     def __init__(self, nm:str, exception:type=None):
@@ -62,7 +62,7 @@ def _outcome(e):
     if isinstance(e, CancelException): return 'cancelled'
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
-# %% ../nbs/00_core.ipynb #7a3d4d0f
+# %% ../nbs/00_core.ipynb #76313805
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _check_callback(cb):
@@ -88,7 +88,7 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
-# %% ../nbs/00_core.ipynb #01f616af
+# %% ../nbs/00_core.ipynb #fee7443d
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
@@ -127,10 +127,10 @@ def _check_hooks(cb, known):
             raise AttributeError(f"{type(cb).__name__}.{name} is not an event, so it would never run: did you mean {closest!r}? "
                                  f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
 
-# %% ../nbs/00_core.ipynb #d79d4530
+# %% ../nbs/00_core.ipynb #4caa4548
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
-# %% ../nbs/00_core.ipynb #b90c1dde
+# %% ../nbs/00_core.ipynb #df06b0a2
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -207,7 +207,7 @@ class CallbackMixin:
                 except Exception as e:
                     if self._failed(e, event, cb): raise
 
-# %% ../nbs/00_core.ipynb #b3fd0a39
+# %% ../nbs/00_core.ipynb #7856a3da
 @patch
 def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
@@ -215,7 +215,7 @@ def _replace_args(self:CallbackMixin, event, bound):
     values = bound.arguments
     for f, names, cb in self._handlers_of(event):
         named = [n for n in list(values)[1:] if names is not None and n in names]
-        res = f(self, **({k: v for k, v in values.items() if k in named} if names is not None else dict(list(values.items())[1:])))
+        res = self._call(f, event, cb, {k: v for k, v in values.items() if k in named} if names is not None else dict(list(values.items())[1:]))
         if res is None or not named: continue
         values.update(zip(named, res if len(named) > 1 else [res]))
     return bound.args[1:], bound.kwargs
@@ -225,10 +225,18 @@ def _replace_result(self:CallbackMixin, event, result):
     "Run `event`'s handlers; those naming `return_value` get `result` and may return a replacement"
     for f, names, cb in self._handlers_of(event):
         if names is None or 'return_value' in names:
-            res = f(self, return_value=result)
+            res = self._call(f, event, cb, {'return_value': result})
             if res is not None and names is not None: result = res
-        else: f(self)
+        else: self._call(f, event, cb, {})
     return result
+
+@patch
+def _call(self:CallbackMixin, f, event, cb, kwargs):
+    "Call the handler `f` of `cb` for `event`, applying `cb`'s error policy as `run_callbacks` does"
+    try: return f(self, **kwargs)
+    except CancelException: raise
+    except Exception as e:
+        if self._failed(e, event, cb): raise
 
 @patch
 def _handlers_of(self:CallbackMixin, event):
@@ -237,7 +245,7 @@ def _handlers_of(self:CallbackMixin, event):
     if handlers is None: handlers = self._table[event] = self._handlers(event)
     return handlers
 
-# %% ../nbs/00_core.ipynb #bc8f3a0a
+# %% ../nbs/00_core.ipynb #662f2b52
 @patch
 def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
@@ -268,7 +276,7 @@ def _contexts(self:CallbackMixin, event):
 
 _no_context = contextlib.nullcontext()
 
-# %% ../nbs/00_core.ipynb #981b7bc5
+# %% ../nbs/00_core.ipynb #2a3c1bbe
 def _event_name(event):
     "ArcticTraining's 'pre-step'/'post-step' as aisaac's 'before_step'/'after_step'; other names unchanged"
     for old, new in (('pre-', 'before_'), ('post-', 'after_')):
@@ -299,7 +307,7 @@ def _init_subclass(cls, **kwargs):
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 
-# %% ../nbs/00_core.ipynb #932113b2
+# %% ../nbs/00_core.ipynb #a98b1fe0
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
     def __init__(self, cb): self.cb = cb
@@ -321,7 +329,7 @@ def register_global_callback(cb):
     _global_changed()
     return GlobalCallbackHandle(cb)
 
-# %% ../nbs/00_core.ipynb #f654d441
+# %% ../nbs/00_core.ipynb #018f7228
 @patch
 def __enter__(self:Callback):
     "Register this callback globally for the `with` block"
@@ -333,7 +341,7 @@ def __exit__(self:Callback, *exc_info):
     "Unregister this callback, whatever happened in the block"
     self._global_handle.remove()
 
-# %% ../nbs/00_core.ipynb #0a09523d
+# %% ../nbs/00_core.ipynb #cd6981f0
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
@@ -346,7 +354,7 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
 
 _END = object()
 
-# %% ../nbs/00_core.ipynb #b2f4072d
+# %% ../nbs/00_core.ipynb #78100228
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     def __init__(self, dls, # an object with `train` and `valid` loaders
@@ -427,7 +435,7 @@ class Trainer(CallbackMixin):
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
 
-# %% ../nbs/00_core.ipynb #e2d0525d
+# %% ../nbs/00_core.ipynb #a063549e
 _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
                  'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
                  'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
@@ -437,7 +445,7 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
 
-# %% ../nbs/00_core.ipynb #9a551d18
+# %% ../nbs/00_core.ipynb #00ab3968
 class CallbackSummary(list):
     "Rows of (event, callback, order, what it does); shows as a table"
     headers = ('event', 'callback', 'order', 'does')
@@ -453,7 +461,7 @@ def _doc(f, cb):
     doc = inspect.getdoc(f) or (inspect.getdoc(type(cb)) if cb is not None else '') or ''
     return doc.splitlines()[0] if doc else ''
 
-# %% ../nbs/00_core.ipynb #f1dcfc93
+# %% ../nbs/00_core.ipynb #1ebe705e
 @patch
 def summarize_callbacks(self:CallbackMixin):
     "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run"
@@ -468,7 +476,7 @@ def summarize_callbacks(self:CallbackMixin):
             if f is not None: res.append((event, _name_of(self, cb), getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb)))
     return res
 
-# %% ../nbs/00_core.ipynb #77a7b4bf
+# %% ../nbs/00_core.ipynb #9ec98968
 class Trace:
     "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
     def __init__(self): self.events, self.calls = [], []
@@ -490,7 +498,7 @@ class Trace:
     def __repr__(self): return repr(CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls))
     def _repr_markdown_(self): return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)._repr_markdown_()
 
-# %% ../nbs/00_core.ipynb #81ac93b5
+# %% ../nbs/00_core.ipynb #0a69b678
 @patch
 @contextlib.contextmanager
 def trace(self:CallbackMixin):
@@ -502,7 +510,7 @@ def trace(self:CallbackMixin):
         self._tracer = previous
         self._table.clear()
 
-# %% ../nbs/00_core.ipynb #68247b29
+# %% ../nbs/00_core.ipynb #ac158bfa
 @patch
 def callbacks_state_dict(self:CallbackMixin):
     "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
@@ -518,7 +526,7 @@ def load_callbacks_state_dict(self:CallbackMixin, state:dict):
                            f"add the same callbacks, in the same order, before loading their state")
         names[name].load_state_dict(cb_state)
 
-# %% ../nbs/00_core.ipynb #a5a2efa0
+# %% ../nbs/00_core.ipynb #477cf37d
 def view_source_code(obj):
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)

@@ -9,7 +9,7 @@ __all__ = ['fashion_classes', 'fashion_features', 'fashion_mnist_dir', 'fashion_
            'idx_dataset_dict', 'DataNotFoundError', 'hf_offline', 'cache_dir', 'load_fashion_mnist', 'pil_to_tensor',
            'sample_dataset_dict', 'collate_dict', 'TensorLoader', 'valid_split', 'to_tensors', 'DataLoaders']
 
-# %% ../nbs/03_data.ipynb #1d55060b
+# %% ../nbs/03_data.ipynb #949c881a
 import os, gzip, struct, zlib, hashlib, shutil, tempfile, math, copy, warnings
 from collections import OrderedDict
 from operator import itemgetter
@@ -20,8 +20,9 @@ from torch.utils.data import DataLoader, TensorDataset, default_collate
 import datasets
 from datasets import Dataset, DatasetDict, Features, ClassLabel, Image
 from fastcore.basics import store_attr, patch
+from .core import CallbackMixin
 
-# %% ../nbs/03_data.ipynb #72e3c64a
+# %% ../nbs/03_data.ipynb #88286129
 _idx_dtypes = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
 
 def read_idx(fn): # path of an IDX file, gzipped or not
@@ -33,7 +34,7 @@ def read_idx(fn): # path of an IDX file, gzipped or not
     shape = struct.unpack(f'>{ndim}I', raw[4:4+4*ndim])
     return np.frombuffer(raw, dtype=_idx_dtypes[code], offset=4+4*ndim).reshape(shape).astype(_idx_dtypes[code][1:])
 
-# %% ../nbs/03_data.ipynb #5f0c9463
+# %% ../nbs/03_data.ipynb #eb1bf93d
 def find_idx(path): # folder that may hold the Fashion-MNIST IDX files
     "The IDX files in `path` as `{split: (images, labels)}`, or `None` if any is missing"
     path = Path(path)
@@ -44,11 +45,11 @@ def find_idx(path): # folder that may hold the Fashion-MNIST IDX files
            for split, pre in (('train', 'train'), ('test', 't10k'))}
     return None if any(fn is None for fns in res.values() for fn in fns) else res
 
-# %% ../nbs/03_data.ipynb #d3e63f42
+# %% ../nbs/03_data.ipynb #d1b1925f
 fashion_classes = ['T - shirt / top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot']
 fashion_features = Features({'image': Image(), 'label': ClassLabel(names=fashion_classes)})
 
-# %% ../nbs/03_data.ipynb #fa6e9926
+# %% ../nbs/03_data.ipynb #c499dc5d
 def _png_chunk(tag, data): return struct.pack('>I', len(data)) + tag + data + struct.pack('>I', zlib.crc32(tag + data))
 
 def png_bytes(imgs:np.ndarray, # `uint8` array of grayscale images, N×H×W
@@ -61,7 +62,7 @@ def png_bytes(imgs:np.ndarray, # `uint8` array of grayscale images, N×H×W
     rows[:, :, 1:] = imgs
     return [head + _png_chunk(b'IDAT', zlib.compress(r.tobytes(), level)) + tail for r in rows]
 
-# %% ../nbs/03_data.ipynb #80f31b51
+# %% ../nbs/03_data.ipynb #35342ef5
 def idx_dataset_dict(files:dict): # `{split: (images_file, labels_file)}` as returned by `find_idx`
     "Read Fashion-MNIST IDX `files` into a `DatasetDict` with the hub's schema"
     def _split(img_fn, lbl_fn):
@@ -70,7 +71,7 @@ def idx_dataset_dict(files:dict): # `{split: (images_file, labels_file)}` as ret
         return Dataset.from_dict({'image': rows, 'label': lbls.astype(np.int64)}, features=fashion_features)
     return DatasetDict({split: _split(*fns) for split, fns in files.items()})
 
-# %% ../nbs/03_data.ipynb #146b57c4
+# %% ../nbs/03_data.ipynb #093781dc
 fashion_mnist_dir = Path('/usr/share/datasets/fashion-mnist')
 fashion_mnist_hub = 'zalando-datasets/fashion_mnist'
 
@@ -89,7 +90,7 @@ def _not_found(extra=''):
         f"  - put the four IDX files (train-images-idx3-ubyte.gz, ...) in a folder and set the `AISAAC_DATA` environment variable to it, or pass `path=`;\n"
         f"  - allow downloads from the Hugging Face hub ('{fashion_mnist_hub}'): unset HF_DATASETS_OFFLINE and HF_HUB_OFFLINE, and check the network.")
 
-# %% ../nbs/03_data.ipynb #a37a288f
+# %% ../nbs/03_data.ipynb #80142a2f
 _loaded = {}
 
 def cache_dir():
@@ -122,7 +123,7 @@ def _load_idx_cached(files):
         warnings.warn(f"Could not write the data cache in {dest.parent} ({e}); set AISAAC_CACHE to a writable folder")
         return dsd
 
-# %% ../nbs/03_data.ipynb #0235c18e
+# %% ../nbs/03_data.ipynb #ec1c993e
 def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX files (gzipped or not)
     "Fashion-MNIST as a `DatasetDict` with `train` and `test` splits, from `path`, `$AISAAC_DATA`, `fashion_mnist_dir` or the hub"
     for where, folder in (('path', path), ('AISAAC_DATA', os.environ.get('AISAAC_DATA') or None)):
@@ -141,13 +142,13 @@ def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX f
             except Exception as e: raise _not_found(f" in {fashion_mnist_dir}, and the hub failed: {e}") from e
     return DatasetDict({k: copy.deepcopy(ds) for k, ds in _loaded[key].items()})  # cheap: the data is shared
 
-# %% ../nbs/03_data.ipynb #a6582c1e
+# %% ../nbs/03_data.ipynb #8081825e
 def pil_to_tensor(img): # a PIL image (or anything `np.asarray` takes), H×W or H×W×C, `uint8`
     "A float tensor C×H×W in [0, 1] from `img`, like torchvision's `to_tensor`"
     x = torch.from_numpy(np.array(img, dtype=np.float32, copy=True)) / 255
     return x[None] if x.ndim == 2 else x.permute(2, 0, 1)
 
-# %% ../nbs/03_data.ipynb #3226769f
+# %% ../nbs/03_data.ipynb #5eb962b6
 def sample_dataset_dict(dsd:DatasetDict, # the splits to sample from
                         n_train:int=1000, # rows to keep from the `train` split
                         n_valid:int=200, # rows to keep from every other split
@@ -157,14 +158,14 @@ def sample_dataset_dict(dsd:DatasetDict, # the splits to sample from
     def _sample(ds, n): return ds.select(np.sort(rng.choice(len(ds), min(n, len(ds)), replace=False)))
     return DatasetDict({k: _sample(ds, n_train if k == 'train' else n_valid) for k, ds in dsd.items()})
 
-# %% ../nbs/03_data.ipynb #f7befc18
+# %% ../nbs/03_data.ipynb #95a8fa28
 def collate_dict(ds): # the dataset whose features give the order of the tuple
     "A `collate_fn` that stacks dict rows of `ds` into a tuple of batches, in feature order"
     get = itemgetter(*ds.features)
     def _f(b): return get(default_collate(b))
     return _f
 
-# %% ../nbs/03_data.ipynb #4bf643d7
+# %% ../nbs/03_data.ipynb #f821dcd3
 class TensorLoader:
     "Batches of rows of `tensors`, drawn by index slicing, as tuples"
     def __init__(self, *tensors:torch.Tensor, # tensors with the same first dimension, e.g. `x` and `y`
@@ -196,7 +197,7 @@ class TensorLoader:
             if self.pin_memory: b = tuple(o.pin_memory() for o in b)
             yield b if self.tfm is None else self.tfm(b)
 
-# %% ../nbs/03_data.ipynb #a5046f30
+# %% ../nbs/03_data.ipynb #a1687e10
 def valid_split(dsd:DatasetDict): # the splits to choose from
     "The name of the validation split of `dsd`: the first of `valid`, `validation` or `test`"
     for k in ('valid', 'validation', 'test'):
@@ -205,7 +206,7 @@ def valid_split(dsd:DatasetDict): # the splits to choose from
                      f"Rename one (`dsd['valid'] = dsd.pop(name)`) or split one off the training data "
                      f"(`dsd = dsd['train'].train_test_split(test_size=0.1)`, which names it 'test').")
 
-# %% ../nbs/03_data.ipynb #41142409
+# %% ../nbs/03_data.ipynb #2c64c096
 _converted = OrderedDict()
 
 def _col_tensor(vals, feat):
@@ -233,8 +234,8 @@ def to_tensors(ds:Dataset, # a split, with or without a transform
     while len(_converted) > 4: _converted.popitem(last=False)
     return res
 
-# %% ../nbs/03_data.ipynb #c078c274
-class DataLoaders:
+# %% ../nbs/03_data.ipynb #9a1d5105
+class DataLoaders(CallbackMixin):
     "The training and validation loaders of a `Trainer`"
     def __init__(self, train, # the training loader
                  valid, # the validation loader
@@ -257,7 +258,7 @@ class DataLoaders:
         return cls(*[DataLoader(ds, batch_size, shuffle=shuffle, collate_fn=collate_dict(ds), **kwargs)
                      for ds, shuffle in ((trn, True), (val, False))], classes)
 
-# %% ../nbs/03_data.ipynb #96462480
+# %% ../nbs/03_data.ipynb #0a5e70d6
 @patch
 def show_batch(self:DataLoaders, n:int=9, # how many images to show
                ncols:int=3, # images per row

@@ -7,11 +7,11 @@ Docs: https://aisaac-dev.github.io/aisaac/metrics.html.md"""
 # %% auto #0
 __all__ = ['MetricsCB']
 
-# %% ../nbs/05_metrics.ipynb #1362393e
+# %% ../nbs/05_metrics.ipynb #087cc624
 import torch
 from .core import Callback
 
-# %% ../nbs/05_metrics.ipynb #503dbcf8
+# %% ../nbs/05_metrics.ipynb #47f6a532
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size) and `metrics` computed on the validation set, per epoch"
     def __init__(self, *metrics, **named_metrics):
@@ -52,6 +52,14 @@ class MetricsCB(Callback):
             for m in self.metrics.values(): m.reset()
         if not trainer.training or not trainer.do_valid: self._log(trainer)
         self._reset()
+
+    def state_dict(self):
+        "The per-epoch and per-batch records, for checkpoints"
+        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch}
+
+    def load_state_dict(self, state):
+        "Restore the records of `state_dict`"
+        self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
 
     def _log(self, trainer):
         self.losses_epoch.append({k: self.row[k] for k in ('train', 'valid') if k in self.row})
