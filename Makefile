@@ -19,24 +19,29 @@ BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.aisaac-installed
 
-.PHONY: help setup data demo test check-export nbtest pytest slow export clean bench
+.PHONY: help setup venv data demo test check-export check-readme nbtest pytest slow export readme clean bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-setup: $(STAMP) data ## create .venv, install CPU torch then aisaac[dev], check the data
+setup: venv data ## create .venv, install CPU torch then aisaac[dev], check the data
 
-# The venv is (re)installed when it is missing or incomplete, or when pyproject.toml changed.
-$(STAMP): pyproject.toml
-	@if [ ! -x "$(PY)" ] || ! "$(PY)" -m pip --version >/dev/null 2>&1; then \
+# The venv is (re)installed when it is missing or incomplete, or when pyproject.toml or the
+# torch pin changed. The stamp holds a hash of those (nbdev-export rewrites pyproject.toml
+# with the same content, so its modification time cannot be used).
+venv:
+	@want="$$(cat pyproject.toml | md5sum | cut -d' ' -f1) $(TORCH) $(TORCH_INDEX)"; \
+	if [ -x "$(PY)" ] && [ -f "$(STAMP)" ] && [ "$$(cat "$(STAMP)")" = "$$want" ]; then exit 0; fi; \
+	if [ ! -x "$(PY)" ] || ! "$(PY)" -m pip --version >/dev/null 2>&1; then \
 	  echo ">>> creating $(VENV) with $$($(PYTHON) --version)"; \
 	  rm -rf "$(VENV)"; $(PYTHON) -m venv "$(VENV)"; \
-	fi
-	@echo ">>> installing $(TORCH) (CPU build) first, so that no CUDA build is pulled in"
-	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	@echo ">>> installing aisaac in editable mode with the dev extra"
-	$(PY) -m pip install -q -e ".[dev]"
-	@touch "$@"
+	fi; \
+	rm -f "$(STAMP)"; \
+	echo ">>> installing $(TORCH) (CPU build) first, so that no CUDA build is pulled in"; \
+	"$(PY)" -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"; \
+	echo ">>> installing aisaac in editable mode with the dev extra"; \
+	"$(PY)" -m pip install -q -e ".[dev]"; \
+	echo "$$want" > "$(STAMP)"
 
 data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mnist)
 	@if [ -n "$${AISAAC_DATA:-}" ]; then \
@@ -44,7 +49,7 @@ data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mn
 	elif [ -d "$(DATA_DIR)" ]; then \
 	  echo ">>> data: found $(DATA_DIR)"; \
 	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 	  echo ">>> data: installing dataset-fashion-mnist with apt-get"; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dataset-fashion-mnist \
 	    || echo "!!! data: apt-get failed; load_fashion_mnist() will try the Hugging Face hub"; \
@@ -57,13 +62,14 @@ data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mn
 demo: setup ## train the tutorial's model on full Fashion-MNIST (3 epochs), save out/loss.png
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
-test: setup ## all tests: export check, nbdev-test on every notebook, then pytest
+test: setup ## all tests: export and README checks, nbdev-test on every notebook, then pytest
 	@$(MAKE) --no-print-directory check-export
+	@$(MAKE) --no-print-directory check-readme
 	@$(MAKE) --no-print-directory nbtest
 	@$(MAKE) --no-print-directory pytest
 
 # nbdev-export must leave aisaac/ unchanged: the modules are generated from nbs/.
-check-export: $(STAMP)
+check-export: venv
 	@before=$$(find aisaac -type f -name '*.py' | sort | xargs md5sum); \
 	$(BIN)/nbdev-export; \
 	after=$$(find aisaac -type f -name '*.py' | sort | xargs md5sum); \
@@ -79,10 +85,14 @@ check-export: $(STAMP)
 	fi; \
 	echo ">>> nbdev-export: aisaac/ is in sync with nbs/"
 
-nbtest: $(STAMP) ## run every notebook in nbs/ with nbdev-test (slow cells skipped)
+# README.md holds the same text as nbs/index.ipynb (no Quarto here for nbdev-readme).
+check-readme: venv
+	$(PY) scripts/readme_sync.py --check
+
+nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped)
 	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing
 
-pytest: $(STAMP) ## run the pytest suite in tests/
+pytest: venv ## run the pytest suite in tests/
 	@rc=0; $(BIN)/pytest -q tests || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "!!! pytest collected no tests in tests/"; fi; \
 	exit $$rc
@@ -90,10 +100,13 @@ pytest: $(STAMP) ## run the pytest suite in tests/
 slow: setup ## run the notebooks including cells flagged #| slow
 	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --flags slow --timing
 
-export: $(STAMP) ## nbdev-export: regenerate aisaac/ from the notebooks
+export: venv ## nbdev-export: regenerate aisaac/ from the notebooks
 	$(BIN)/nbdev-export
 
-clean: $(STAMP) ## nbdev-clean: strip notebook metadata/outputs noise
+readme: venv ## rewrite README.md from nbs/index.ipynb
+	$(PY) scripts/readme_sync.py
+
+clean: venv ## nbdev-clean: strip notebook metadata/outputs noise
 	$(BIN)/nbdev-clean
 
 bench: setup ## run every bench/*.py
