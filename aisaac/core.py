@@ -9,19 +9,19 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'CancelBackwardException', 'CancelStepException', 'with_cbs', 'CallbackMixin', 'GlobalCallbackHandle',
            'register_global_callback', 'Trainer', 'CallbackSummary', 'Trace', 'view_source_code']
 
-# %% ../nbs/00_core.ipynb #c0c1fa28
+# %% ../nbs/00_core.ipynb #f9aed26a
 import contextlib, functools, inspect, itertools, time, warnings, weakref
 import torch
 from fastcore.basics import patch
 
-# %% ../nbs/00_core.ipynb #f1bfa50b
+# %% ../nbs/00_core.ipynb #d1408d78
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
     order = 0     # callbacks run sorted by `order`
     core = False  # library callbacks that implement the loop run first among equal `order`
     def __repr__(self): return f'{type(self).__name__}()'
 
-# %% ../nbs/00_core.ipynb #eeae11a2
+# %% ../nbs/00_core.ipynb #a79212d5
 class CancelException(Exception):         "Base of the exceptions that cancel part of the loop; never reported as errors"
 class CancelFitException(CancelException):      "Raise in a callback to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(CancelException):    "Raise in a callback to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
@@ -29,7 +29,7 @@ class CancelBatchException(CancelException):    "Raise in a callback to skip the
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../nbs/00_core.ipynb #e8741f9d
+# %% ../nbs/00_core.ipynb #c28c7865
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
     def __init__(self, nm:str, exception:type=None):
@@ -62,7 +62,7 @@ def _outcome(e):
     if isinstance(e, CancelException): return 'cancelled'
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
-# %% ../nbs/00_core.ipynb #76313805
+# %% ../nbs/00_core.ipynb #23ebe352
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _check_callback(cb):
@@ -88,7 +88,7 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
-# %% ../nbs/00_core.ipynb #fee7443d
+# %% ../nbs/00_core.ipynb #563fcc63
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
@@ -127,10 +127,10 @@ def _check_hooks(cb, known):
             raise AttributeError(f"{type(cb).__name__}.{name} is not an event, so it would never run: did you mean {closest!r}? "
                                  f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
 
-# %% ../nbs/00_core.ipynb #4caa4548
+# %% ../nbs/00_core.ipynb #e51560f1
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
-# %% ../nbs/00_core.ipynb #df06b0a2
+# %% ../nbs/00_core.ipynb #f6c25be4
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -150,7 +150,7 @@ class CallbackMixin:
         except Exception:
             self.remove_callbacks(added)
             raise
-        self._changed()
+        if added: self._changed()
         return added
 
     def _add_one(self, cb, rank, added):
@@ -172,8 +172,9 @@ class CallbackMixin:
 
     def remove_callbacks(self, callbacks):
         "Remove `callbacks` and, recursively, the members of groups among them"
-        for cb in _listify(callbacks): self._remove_one(cb)
-        self._changed()
+        callbacks = _listify(callbacks)
+        for cb in callbacks: self._remove_one(cb)
+        if callbacks: self._changed()
 
     def _remove_one(self, cb):
         entry = self._entries.pop(id(cb), None)
@@ -187,33 +188,34 @@ class CallbackMixin:
         self.cbs = [e[4] for e in sorted(entries, key=lambda e: e[:3])]
         self._table.clear()
 
-    def _handlers(self, event):
-        "The handlers of `event` in run order (the class's own first): `(function, keyword arguments it accepts, callback)`"
-        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == event]
-        fs += [(_handler(cb, event), cb) for cb in self.cbs if id(cb) not in self._disabled]
-        res = tuple((f, _kwarg_names(f), cb) for f, cb in fs if f is not None)
-        return res if self._tracer is None else self._tracer.wrap(self, event, res)
+    def _handlers(self, events):
+        "The handlers of `events` (a name or a tuple of names) in run order: `(function, keyword arguments it accepts, callback, event)`"
+        if not isinstance(events, str): return sum((self._handlers(e) for e in events), ())
+        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == events]
+        fs += [(_handler(cb, events), cb) for cb in self.cbs if id(cb) not in self._disabled]
+        res = tuple((f, _kwarg_names(f), cb, events) for f, cb in fs if f is not None)
+        return res if self._tracer is None else self._tracer.wrap(self, events, res)
 
     def run_callbacks(self, events, **kwargs):
-        "Run the handlers of each of `events` (a name or a list of names) in order; handlers get the `kwargs` they name"
-        for event in ([events] if isinstance(events, str) else events):
-            handlers = self._table.get(event)
-            if handlers is None: handlers = self._table[event] = self._handlers(event)
-            for f, names, cb in handlers:
-                try:
-                    if kwargs: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
-                    else: f(self)
-                except CancelException: raise
-                except Exception as e:
-                    if self._failed(e, event, cb): raise
+        "Run the handlers of `events` (a name, or a tuple of names run in order); handlers get the `kwargs` they name"
+        if isinstance(events, list): events = tuple(events)
+        handlers = self._table.get(events)
+        if handlers is None: handlers = self._table[events] = self._handlers(events)
+        for f, names, cb, event in handlers:
+            try:
+                if kwargs: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
+                else: f(self)
+            except CancelException: raise
+            except Exception as e:
+                if self._failed(e, event, cb): raise
 
-# %% ../nbs/00_core.ipynb #7856a3da
+# %% ../nbs/00_core.ipynb #f361b8ad
 @patch
 def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
     bound.apply_defaults()
     values = bound.arguments
-    for f, names, cb in self._handlers_of(event):
+    for f, names, cb, _ in self._handlers_of(event):
         named = [n for n in list(values)[1:] if names is not None and n in names]
         res = self._call(f, event, cb, {k: v for k, v in values.items() if k in named} if names is not None else dict(list(values.items())[1:]))
         if res is None or not named: continue
@@ -223,7 +225,8 @@ def _replace_args(self:CallbackMixin, event, bound):
 @patch
 def _replace_result(self:CallbackMixin, event, result):
     "Run `event`'s handlers; those naming `return_value` get `result` and may return a replacement"
-    for f, names, cb in self._handlers_of(event):
+    handlers = self._table.get(event)
+    for f, names, cb, _ in (self._handlers_of(event) if handlers is None else handlers):
         if names is None or 'return_value' in names:
             res = self._call(f, event, cb, {'return_value': result})
             if res is not None and names is not None: result = res
@@ -245,7 +248,7 @@ def _handlers_of(self:CallbackMixin, event):
     if handlers is None: handlers = self._table[event] = self._handlers(event)
     return handlers
 
-# %% ../nbs/00_core.ipynb #662f2b52
+# %% ../nbs/00_core.ipynb #3ab81ccf
 @patch
 def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
@@ -262,13 +265,21 @@ def _failed(self:CallbackMixin, e, event, cb):
     return True
 
 @patch
+def _enable_all(self:CallbackMixin):
+    "Enable again the callbacks that `on_error='warn'` disabled"
+    if self._disabled:
+        self._disabled.clear()
+        self._changed()
+
+@patch
 def _contexts(self:CallbackMixin, event):
     "The context managers of the `around_` handlers of `event`, entered, in one `ExitStack` (or a null context)"
-    handlers = self._handlers_of(event)
+    handlers = self._table.get(event)
+    if handlers is None: handlers = self._handlers_of(event)
     if not handlers: return _no_context
     stack = contextlib.ExitStack()
     try:
-        for f, names, cb in handlers: stack.enter_context(contextlib.contextmanager(f)(self))
+        for f, names, cb, _ in handlers: stack.enter_context(contextlib.contextmanager(f)(self))
     except BaseException:
         stack.close()
         raise
@@ -276,7 +287,7 @@ def _contexts(self:CallbackMixin, event):
 
 _no_context = contextlib.nullcontext()
 
-# %% ../nbs/00_core.ipynb #2a3c1bbe
+# %% ../nbs/00_core.ipynb #54739a52
 def _event_name(event):
     "ArcticTraining's 'pre-step'/'post-step' as aisaac's 'before_step'/'after_step'; other names unchanged"
     for old, new in (('pre-', 'before_'), ('post-', 'after_')):
@@ -307,7 +318,7 @@ def _init_subclass(cls, **kwargs):
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 
-# %% ../nbs/00_core.ipynb #a98b1fe0
+# %% ../nbs/00_core.ipynb #666c5452
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
     def __init__(self, cb): self.cb = cb
@@ -329,7 +340,7 @@ def register_global_callback(cb):
     _global_changed()
     return GlobalCallbackHandle(cb)
 
-# %% ../nbs/00_core.ipynb #018f7228
+# %% ../nbs/00_core.ipynb #2f93ee88
 @patch
 def __enter__(self:Callback):
     "Register this callback globally for the `with` block"
@@ -341,7 +352,7 @@ def __exit__(self:Callback, *exc_info):
     "Unregister this callback, whatever happened in the block"
     self._global_handle.remove()
 
-# %% ../nbs/00_core.ipynb #cd6981f0
+# %% ../nbs/00_core.ipynb #fcd70d75
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
@@ -354,7 +365,7 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
 
 _END = object()
 
-# %% ../nbs/00_core.ipynb #78100228
+# %% ../nbs/00_core.ipynb #567d60c9
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     def __init__(self, dls, # an object with `train` and `valid` loaders
@@ -387,8 +398,8 @@ class Trainer(CallbackMixin):
             self.run_callbacks('on_exception', exception=e)
             raise
         finally:
-            self._disabled.clear()
             self.remove_callbacks(added)
+            self._enable_all()
 
     @with_cbs('fit', CancelFitException)
     def _fit(self, train, valid):
@@ -423,11 +434,11 @@ class Trainer(CallbackMixin):
     @with_cbs('batch', CancelBatchException)
     def one_batch(self):
         "Process `self.batch`: all callbacks"
-        self.run_callbacks(['before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss'])
+        self.run_callbacks(('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss'))
         if not self.training: return
-        try: self.run_callbacks(['before_backward', 'backward', 'after_backward'])
+        try: self.run_callbacks(('before_backward', 'backward', 'after_backward'))
         except CancelBackwardException: pass
-        try: self.run_callbacks(['before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'])
+        try: self.run_callbacks(('before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'))
         except CancelStepException: pass
 
     @with_cbs('scheduler_step')
@@ -435,7 +446,7 @@ class Trainer(CallbackMixin):
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
 
-# %% ../nbs/00_core.ipynb #a063549e
+# %% ../nbs/00_core.ipynb #0d4260e5
 _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
                  'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
                  'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
@@ -445,7 +456,7 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
 
-# %% ../nbs/00_core.ipynb #00ab3968
+# %% ../nbs/00_core.ipynb #cb888a94
 class CallbackSummary(list):
     "Rows of (event, callback, order, what it does); shows as a table"
     headers = ('event', 'callback', 'order', 'does')
@@ -461,7 +472,7 @@ def _doc(f, cb):
     doc = inspect.getdoc(f) or (inspect.getdoc(type(cb)) if cb is not None else '') or ''
     return doc.splitlines()[0] if doc else ''
 
-# %% ../nbs/00_core.ipynb #1ebe705e
+# %% ../nbs/00_core.ipynb #83e70d32
 @patch
 def summarize_callbacks(self:CallbackMixin):
     "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run"
@@ -476,7 +487,7 @@ def summarize_callbacks(self:CallbackMixin):
             if f is not None: res.append((event, _name_of(self, cb), getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb)))
     return res
 
-# %% ../nbs/00_core.ipynb #9ec98968
+# %% ../nbs/00_core.ipynb #3025dc4c
 class Trace:
     "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
     def __init__(self): self.events, self.calls = [], []
@@ -485,8 +496,8 @@ class Trace:
         "`handlers` timed, after one that records `event`"
         if event.startswith('around_'): return handlers
         def record(o, **kwargs): self.events.append(event)
-        return ((record, None, None),) + tuple((self._timed(f, event, _name_of(owner, cb) if cb is not None else type(owner).__name__), names, cb)
-                                               for f, names, cb in handlers)
+        return ((record, None, None, event),) + tuple((self._timed(f, event, _name_of(owner, cb) if cb is not None else type(owner).__name__), names, cb, event)
+                                                      for f, names, cb, _ in handlers)
 
     def _timed(self, f, event, name):
         def timed(o, **kwargs):
@@ -498,7 +509,7 @@ class Trace:
     def __repr__(self): return repr(CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls))
     def _repr_markdown_(self): return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)._repr_markdown_()
 
-# %% ../nbs/00_core.ipynb #0a69b678
+# %% ../nbs/00_core.ipynb #e2c422d5
 @patch
 @contextlib.contextmanager
 def trace(self:CallbackMixin):
@@ -510,7 +521,7 @@ def trace(self:CallbackMixin):
         self._tracer = previous
         self._table.clear()
 
-# %% ../nbs/00_core.ipynb #ac158bfa
+# %% ../nbs/00_core.ipynb #e0ea01de
 @patch
 def callbacks_state_dict(self:CallbackMixin):
     "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
@@ -526,7 +537,7 @@ def load_callbacks_state_dict(self:CallbackMixin, state:dict):
                            f"add the same callbacks, in the same order, before loading their state")
         names[name].load_state_dict(cb_state)
 
-# %% ../nbs/00_core.ipynb #477cf37d
+# %% ../nbs/00_core.ipynb #1a256664
 def view_source_code(obj):
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)

@@ -9,7 +9,7 @@ __all__ = ['fashion_classes', 'fashion_features', 'fashion_mnist_dir', 'fashion_
            'idx_dataset_dict', 'DataNotFoundError', 'hf_offline', 'cache_dir', 'load_fashion_mnist', 'pil_to_tensor',
            'sample_dataset_dict', 'collate_dict', 'TensorLoader', 'valid_split', 'to_tensors', 'DataLoaders']
 
-# %% ../nbs/03_data.ipynb #949c881a
+# %% ../nbs/03_data.ipynb #a75d951d
 import os, gzip, struct, zlib, hashlib, shutil, tempfile, math, copy, warnings
 from collections import OrderedDict
 from operator import itemgetter
@@ -22,7 +22,7 @@ from datasets import Dataset, DatasetDict, Features, ClassLabel, Image
 from fastcore.basics import store_attr, patch
 from .core import CallbackMixin
 
-# %% ../nbs/03_data.ipynb #88286129
+# %% ../nbs/03_data.ipynb #f821db0d
 _idx_dtypes = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
 
 def read_idx(fn): # path of an IDX file, gzipped or not
@@ -34,7 +34,7 @@ def read_idx(fn): # path of an IDX file, gzipped or not
     shape = struct.unpack(f'>{ndim}I', raw[4:4+4*ndim])
     return np.frombuffer(raw, dtype=_idx_dtypes[code], offset=4+4*ndim).reshape(shape).astype(_idx_dtypes[code][1:])
 
-# %% ../nbs/03_data.ipynb #eb1bf93d
+# %% ../nbs/03_data.ipynb #ac02853f
 def find_idx(path): # folder that may hold the Fashion-MNIST IDX files
     "The IDX files in `path` as `{split: (images, labels)}`, or `None` if any is missing"
     path = Path(path)
@@ -45,11 +45,11 @@ def find_idx(path): # folder that may hold the Fashion-MNIST IDX files
            for split, pre in (('train', 'train'), ('test', 't10k'))}
     return None if any(fn is None for fns in res.values() for fn in fns) else res
 
-# %% ../nbs/03_data.ipynb #d1b1925f
+# %% ../nbs/03_data.ipynb #1cb94851
 fashion_classes = ['T - shirt / top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot']
 fashion_features = Features({'image': Image(), 'label': ClassLabel(names=fashion_classes)})
 
-# %% ../nbs/03_data.ipynb #c499dc5d
+# %% ../nbs/03_data.ipynb #ed1d87a7
 def _png_chunk(tag, data): return struct.pack('>I', len(data)) + tag + data + struct.pack('>I', zlib.crc32(tag + data))
 
 def png_bytes(imgs:np.ndarray, # `uint8` array of grayscale images, N×H×W
@@ -62,7 +62,7 @@ def png_bytes(imgs:np.ndarray, # `uint8` array of grayscale images, N×H×W
     rows[:, :, 1:] = imgs
     return [head + _png_chunk(b'IDAT', zlib.compress(r.tobytes(), level)) + tail for r in rows]
 
-# %% ../nbs/03_data.ipynb #35342ef5
+# %% ../nbs/03_data.ipynb #2fc91e26
 def idx_dataset_dict(files:dict): # `{split: (images_file, labels_file)}` as returned by `find_idx`
     "Read Fashion-MNIST IDX `files` into a `DatasetDict` with the hub's schema"
     def _split(img_fn, lbl_fn):
@@ -71,7 +71,7 @@ def idx_dataset_dict(files:dict): # `{split: (images_file, labels_file)}` as ret
         return Dataset.from_dict({'image': rows, 'label': lbls.astype(np.int64)}, features=fashion_features)
     return DatasetDict({split: _split(*fns) for split, fns in files.items()})
 
-# %% ../nbs/03_data.ipynb #093781dc
+# %% ../nbs/03_data.ipynb #8db7a859
 fashion_mnist_dir = Path('/usr/share/datasets/fashion-mnist')
 fashion_mnist_hub = 'zalando-datasets/fashion_mnist'
 
@@ -90,7 +90,7 @@ def _not_found(extra=''):
         f"  - put the four IDX files (train-images-idx3-ubyte.gz, ...) in a folder and set the `AISAAC_DATA` environment variable to it, or pass `path=`;\n"
         f"  - allow downloads from the Hugging Face hub ('{fashion_mnist_hub}'): unset HF_DATASETS_OFFLINE and HF_HUB_OFFLINE, and check the network.")
 
-# %% ../nbs/03_data.ipynb #80142a2f
+# %% ../nbs/03_data.ipynb #d0070a94
 _loaded = {}
 
 def cache_dir():
@@ -123,7 +123,7 @@ def _load_idx_cached(files):
         warnings.warn(f"Could not write the data cache in {dest.parent} ({e}); set AISAAC_CACHE to a writable folder")
         return dsd
 
-# %% ../nbs/03_data.ipynb #ec1c993e
+# %% ../nbs/03_data.ipynb #7d3bbac6
 def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX files (gzipped or not)
     "Fashion-MNIST as a `DatasetDict` with `train` and `test` splits, from `path`, `$AISAAC_DATA`, `fashion_mnist_dir` or the hub"
     for where, folder in (('path', path), ('AISAAC_DATA', os.environ.get('AISAAC_DATA') or None)):
@@ -142,13 +142,13 @@ def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX f
             except Exception as e: raise _not_found(f" in {fashion_mnist_dir}, and the hub failed: {e}") from e
     return DatasetDict({k: copy.deepcopy(ds) for k, ds in _loaded[key].items()})  # cheap: the data is shared
 
-# %% ../nbs/03_data.ipynb #8081825e
+# %% ../nbs/03_data.ipynb #bdf1b767
 def pil_to_tensor(img): # a PIL image (or anything `np.asarray` takes), H×W or H×W×C, `uint8`
     "A float tensor C×H×W in [0, 1] from `img`, like torchvision's `to_tensor`"
     x = torch.from_numpy(np.array(img, dtype=np.float32, copy=True)) / 255
     return x[None] if x.ndim == 2 else x.permute(2, 0, 1)
 
-# %% ../nbs/03_data.ipynb #5eb962b6
+# %% ../nbs/03_data.ipynb #420a1e36
 def sample_dataset_dict(dsd:DatasetDict, # the splits to sample from
                         n_train:int=1000, # rows to keep from the `train` split
                         n_valid:int=200, # rows to keep from every other split
@@ -158,14 +158,14 @@ def sample_dataset_dict(dsd:DatasetDict, # the splits to sample from
     def _sample(ds, n): return ds.select(np.sort(rng.choice(len(ds), min(n, len(ds)), replace=False)))
     return DatasetDict({k: _sample(ds, n_train if k == 'train' else n_valid) for k, ds in dsd.items()})
 
-# %% ../nbs/03_data.ipynb #95a8fa28
+# %% ../nbs/03_data.ipynb #9f665440
 def collate_dict(ds): # the dataset whose features give the order of the tuple
     "A `collate_fn` that stacks dict rows of `ds` into a tuple of batches, in feature order"
     get = itemgetter(*ds.features)
     def _f(b): return get(default_collate(b))
     return _f
 
-# %% ../nbs/03_data.ipynb #f821dcd3
+# %% ../nbs/03_data.ipynb #bea7e5f1
 class TensorLoader:
     "Batches of rows of `tensors`, drawn by index slicing, as tuples"
     def __init__(self, *tensors:torch.Tensor, # tensors with the same first dimension, e.g. `x` and `y`
@@ -193,11 +193,11 @@ class TensorLoader:
     def __iter__(self):
         if self.shuffle: idxs = torch.randperm(self.n, generator=self.generator).to(self.tensors[0].device)
         for i in range(0, len(self) * self.bs, self.bs):
-            b = tuple(t[idxs[i:i+self.bs]] if self.shuffle else t[i:i+self.bs] for t in self.tensors)
+            b = tuple(t.index_select(0, idxs[i:i+self.bs]) if self.shuffle else t[i:i+self.bs] for t in self.tensors)
             if self.pin_memory: b = tuple(o.pin_memory() for o in b)
             yield b if self.tfm is None else self.tfm(b)
 
-# %% ../nbs/03_data.ipynb #a1687e10
+# %% ../nbs/03_data.ipynb #1ea52d4d
 def valid_split(dsd:DatasetDict): # the splits to choose from
     "The name of the validation split of `dsd`: the first of `valid`, `validation` or `test`"
     for k in ('valid', 'validation', 'test'):
@@ -206,7 +206,7 @@ def valid_split(dsd:DatasetDict): # the splits to choose from
                      f"Rename one (`dsd['valid'] = dsd.pop(name)`) or split one off the training data "
                      f"(`dsd = dsd['train'].train_test_split(test_size=0.1)`, which names it 'test').")
 
-# %% ../nbs/03_data.ipynb #2c64c096
+# %% ../nbs/03_data.ipynb #4adbedac
 _converted = OrderedDict()
 
 def _col_tensor(vals, feat):
@@ -234,7 +234,7 @@ def to_tensors(ds:Dataset, # a split, with or without a transform
     while len(_converted) > 4: _converted.popitem(last=False)
     return res
 
-# %% ../nbs/03_data.ipynb #9a1d5105
+# %% ../nbs/03_data.ipynb #c35a4f95
 class DataLoaders(CallbackMixin):
     "The training and validation loaders of a `Trainer`"
     def __init__(self, train, # the training loader
@@ -258,7 +258,7 @@ class DataLoaders(CallbackMixin):
         return cls(*[DataLoader(ds, batch_size, shuffle=shuffle, collate_fn=collate_dict(ds), **kwargs)
                      for ds, shuffle in ((trn, True), (val, False))], classes)
 
-# %% ../nbs/03_data.ipynb #0a5e70d6
+# %% ../nbs/03_data.ipynb #abc5dd47
 @patch
 def show_batch(self:DataLoaders, n:int=9, # how many images to show
                ncols:int=3, # images per row

@@ -7,11 +7,11 @@ Docs: https://aisaac-dev.github.io/aisaac/metrics.html.md"""
 # %% auto #0
 __all__ = ['MetricsCB']
 
-# %% ../nbs/05_metrics.ipynb #087cc624
+# %% ../nbs/05_metrics.ipynb #f153b716
 import torch
 from .core import Callback
 
-# %% ../nbs/05_metrics.ipynb #47f6a532
+# %% ../nbs/05_metrics.ipynb #baa19a7d
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size) and `metrics` computed on the validation set, per epoch"
     def __init__(self, *metrics, **named_metrics):
@@ -23,14 +23,13 @@ class MetricsCB(Callback):
         self.device, self.row = None, {}
         self._reset()
 
-    def _reset(self): self.loss_sum, self.count, self.batch_losses = 0., 0, []
+    def _reset(self): self.batch_losses, self.batch_sizes = [], []
 
     def after_batch(self, trainer):
-        "Add the batch's loss, and on validation update the metrics, all on the device"
-        loss, targets = trainer.loss.detach(), trainer.batch[-1]
-        self.loss_sum = self.loss_sum + loss * len(targets)
-        self.count += len(targets)
-        self.batch_losses.append(loss)
+        "Keep the batch's loss and size, and on validation update the metrics, all on the device"
+        targets = trainer.batch[-1]
+        self.batch_losses.append(trainer.loss.detach())
+        self.batch_sizes.append(len(targets))
         if not trainer.training:
             if self.device is None: self._to(trainer.preds.device)
             for m in self.metrics.values(): m.update(trainer.preds, targets)
@@ -42,11 +41,12 @@ class MetricsCB(Callback):
 
     def cleanup_epoch(self, trainer):
         "Read the pass's loss and metrics once, keep them, and log the epoch's row when it is complete"
-        if self.batch_losses:
-            self.losses_batch += [{'training': trainer.training, 'loss': v} for v in torch.stack(self.batch_losses).float().tolist()]
+        losses = torch.stack(self.batch_losses).float().cpu() if self.batch_losses else torch.zeros(0)
+        self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
+        sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
         self.row.setdefault('epoch', trainer.epoch)
         split = 'train' if trainer.training else 'valid'
-        self.row[split] = (self.loss_sum / self.count).item() if self.count else float('nan')
+        self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
         if not trainer.training:
             self.row |= {name: float(m.compute()) for name, m in self.metrics.items()}
             for m in self.metrics.values(): m.reset()

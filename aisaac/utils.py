@@ -7,12 +7,12 @@ Docs: https://aisaac-dev.github.io/aisaac/utils.html.md"""
 # %% auto #0
 __all__ = ['def_device', 'default_device', 'to_device', 'to_cpu', 'set_seed', 'inplace']
 
-# %% ../nbs/01_utils.ipynb #d00dbe68
+# %% ../nbs/01_utils.ipynb #ab2628c0
 import random, functools
 import numpy as np
 import torch
 
-# %% ../nbs/01_utils.ipynb #dfc1b526
+# %% ../nbs/01_utils.ipynb #313dd7bc
 def default_device():
     "The best available device: `cuda`, then `mps`, then `cpu`"
     if torch.cuda.is_available(): return torch.device('cuda')
@@ -21,16 +21,16 @@ def default_device():
 
 def_device = default_device()
 
-# %% ../nbs/01_utils.ipynb #2aa3a8e5
+# %% ../nbs/01_utils.ipynb #a621167a
 def to_device(x, device=None, non_blocking=False):
     "Move `x` (a tensor or a nested list/tuple/dict of tensors) to `device` (default `def_device`)"
     device = def_device if device is None else device
     if isinstance(x, torch.Tensor): return x.to(device, non_blocking=non_blocking)
     if isinstance(x, dict): return {k: to_device(v, device, non_blocking) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return type(x)(to_device(o, device, non_blocking) for o in x)
+    if isinstance(x, (list, tuple)): return type(x)([to_device(o, device, non_blocking) for o in x])
     return x
 
-# %% ../nbs/01_utils.ipynb #55c41346
+# %% ../nbs/01_utils.ipynb #70109a5c
 def to_cpu(x):
     "Detach `x` (a tensor or nested collection) and move it to the CPU, turning `float16`/`bfloat16` into `float32`"
     if isinstance(x, dict): return {k: to_cpu(v) for k, v in x.items()}
@@ -39,7 +39,7 @@ def to_cpu(x):
     res = x.detach().cpu()
     return res.float() if res.dtype in (torch.float16, torch.bfloat16) else res
 
-# %% ../nbs/01_utils.ipynb #e461d6fb
+# %% ../nbs/01_utils.ipynb #c32ab1aa
 def set_seed(seed:int, # the seed for `random`, NumPy and PyTorch
              deterministic:bool=False): # also ask PyTorch for deterministic algorithms
     "Seed every random number generator aisaac uses"
@@ -48,7 +48,7 @@ def set_seed(seed:int, # the seed for `random`, NumPy and PyTorch
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
-# %% ../nbs/01_utils.ipynb #06bc49ea
+# %% ../nbs/01_utils.ipynb #e67c59f6
 def inplace(f):
     "Turn `f`, which changes its argument in place, into a function that also returns it"
     @functools.wraps(f)
