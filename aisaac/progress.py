@@ -7,25 +7,26 @@ Docs: https://aisaac-dev.github.io/aisaac/progress.html.md"""
 # %% auto #0
 __all__ = ['ProgressCB']
 
-# %% ../nbs/06_progress.ipynb #9b9cb526
+# %% ../nbs/06_progress.ipynb #f21fc502
 import sys, time
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from .core import Callback
 
-# %% ../nbs/06_progress.ipynb #755fbe9c
+# %% ../nbs/06_progress.ipynb #7d9859c6
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
 
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, and a table of each epoch's `log_metrics` row"
     order, on_error = 10, 'warn'
     def __init__(self, plot:bool=False, # also plot the losses (notebook only)
-                 refresh:float=0.5): # seconds between two readings of the loss for the bar
-        self.plot, self.refresh = plot, refresh
+                 refresh:float=0.5, # seconds between two readings of the loss for the bar
+                 bars:bool=None): # draw bars; default: in a notebook or a terminal, not in a file or pipe
+        self.plot, self.refresh, self.show_bars = plot, refresh, bars
 
     def before_fit(self, trainer):
-        "Wrap the epochs in a master bar"
-        trainer.epochs = self.mbar = master_bar(trainer.epochs)
-        self.bars = IN_NOTEBOOK or sys.stdout.isatty()
+        "Wrap the epochs in a master bar, when bars can be drawn"
+        self.bars = (IN_NOTEBOOK or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
+        if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses = None, 0., [], []
 
     def before_epoch(self, trainer):
@@ -43,9 +44,13 @@ class ProgressCB(Callback):
         "Write the epoch's row in the table"
         if self.header is None:
             self.header = list(metrics)
-            self.mbar.write(self.header, table=True)
-        self.mbar.write([_fmt(metrics.get(k, '')) for k in self.header], table=True)
-        if self.plot and 'valid' in metrics: self._plot(trainer, metrics['valid'])
+            self._write(self.header)
+        self._write([_fmt(metrics.get(k, '')) for k in self.header])
+        if self.plot and self.bars and 'valid' in metrics: self._plot(trainer, metrics['valid'])
+
+    def _write(self, cells):
+        if self.bars: self.mbar.write(cells, table=True)
+        else: print('  '.join(f'{c:<8}' for c in cells).rstrip(), flush=True)
 
     def _plot(self, trainer, valid):
         self.valid_losses.append(valid)
