@@ -9,19 +9,19 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'CancelBackwardException', 'CancelStepException', 'with_cbs', 'CallbackMixin', 'GlobalCallbackHandle',
            'register_global_callback', 'Trainer', 'CallbackSummary', 'Trace', 'view_source_code']
 
-# %% ../nbs/00_core.ipynb #f9aed26a
+# %% ../nbs/00_core.ipynb #b19667f8
 import contextlib, functools, inspect, itertools, time, warnings, weakref
 import torch
 from fastcore.basics import patch
 
-# %% ../nbs/00_core.ipynb #d1408d78
+# %% ../nbs/00_core.ipynb #954c7de0
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
     order = 0     # callbacks run sorted by `order`
     core = False  # library callbacks that implement the loop run first among equal `order`
     def __repr__(self): return f'{type(self).__name__}()'
 
-# %% ../nbs/00_core.ipynb #a79212d5
+# %% ../nbs/00_core.ipynb #5337f1eb
 class CancelException(Exception):         "Base of the exceptions that cancel part of the loop; never reported as errors"
 class CancelFitException(CancelException):      "Raise in a callback to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(CancelException):    "Raise in a callback to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
@@ -29,17 +29,22 @@ class CancelBatchException(CancelException):    "Raise in a callback to skip the
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../nbs/00_core.ipynb #c28c7865
+# %% ../nbs/00_core.ipynb #e5e74c0d
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
+    skip_unwatched = True  # phases whose callbacks are added while they run (construction) set this to False
     def __init__(self, nm:str, exception:type=None):
         self.nm, self.exception = nm, exception or _NeverRaised
-        self.before, self.after, self.cleanup, self.around = (f'{o}_{nm}' for o in ('before', 'after', 'cleanup', 'around'))
+        self.events = tuple(f'{o}_{nm}' for o in ('before', 'after', 'cleanup', 'around'))
+        self.before, self.after, self.cleanup, self.around = self.events
     def __call__(self, f):
         sig = inspect.signature(f)
         takes_args = len(sig.parameters) > 1
         @functools.wraps(f)
         def _f(o, *args, **kwargs):
+            if self.skip_unwatched and not o._handlers_of(self.events):  # nobody listens: run it, honouring its cancel
+                try: return f(o, *args, **kwargs)
+                except self.exception: return None
             try:
                 with o._contexts(self.around):
                     if takes_args: args, kwargs = o._replace_args(self.before, sig.bind(o, *args, **kwargs))
@@ -62,7 +67,7 @@ def _outcome(e):
     if isinstance(e, CancelException): return 'cancelled'
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
-# %% ../nbs/00_core.ipynb #23ebe352
+# %% ../nbs/00_core.ipynb #aab1610b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _check_callback(cb):
@@ -88,7 +93,7 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
-# %% ../nbs/00_core.ipynb #563fcc63
+# %% ../nbs/00_core.ipynb #6ff65bfd
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
@@ -127,10 +132,10 @@ def _check_hooks(cb, known):
             raise AttributeError(f"{type(cb).__name__}.{name} is not an event, so it would never run: did you mean {closest!r}? "
                                  f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
 
-# %% ../nbs/00_core.ipynb #e51560f1
+# %% ../nbs/00_core.ipynb #d824d5bd
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
-# %% ../nbs/00_core.ipynb #f6c25be4
+# %% ../nbs/00_core.ipynb #b7bf2a0a
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -209,7 +214,7 @@ class CallbackMixin:
             except Exception as e:
                 if self._failed(e, event, cb): raise
 
-# %% ../nbs/00_core.ipynb #f361b8ad
+# %% ../nbs/00_core.ipynb #63cd6596
 @patch
 def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
@@ -248,7 +253,7 @@ def _handlers_of(self:CallbackMixin, event):
     if handlers is None: handlers = self._table[event] = self._handlers(event)
     return handlers
 
-# %% ../nbs/00_core.ipynb #3ab81ccf
+# %% ../nbs/00_core.ipynb #c26285f0
 @patch
 def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
@@ -287,7 +292,7 @@ def _contexts(self:CallbackMixin, event):
 
 _no_context = contextlib.nullcontext()
 
-# %% ../nbs/00_core.ipynb #54739a52
+# %% ../nbs/00_core.ipynb #14595d96
 def _event_name(event):
     "ArcticTraining's 'pre-step'/'post-step' as aisaac's 'before_step'/'after_step'; other names unchanged"
     for old, new in (('pre-', 'before_'), ('post-', 'after_')):
@@ -302,7 +307,9 @@ def _declared_callbacks(cls):
 
 def _hook_init(init):
     "Wrap `init` in the `init` phase, once per construction however long the `super().__init__` chain"
-    phase = with_cbs('init')(init)
+    hooks = with_cbs('init')
+    hooks.skip_unwatched = False  # the constructor adds callbacks that listen to `after_init`
+    phase = hooks(init)
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         if self.__dict__.get('_constructing'): return init(self, *args, **kwargs)
@@ -318,7 +325,7 @@ def _init_subclass(cls, **kwargs):
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 
-# %% ../nbs/00_core.ipynb #666c5452
+# %% ../nbs/00_core.ipynb #486fc284
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
     def __init__(self, cb): self.cb = cb
@@ -340,7 +347,7 @@ def register_global_callback(cb):
     _global_changed()
     return GlobalCallbackHandle(cb)
 
-# %% ../nbs/00_core.ipynb #2f93ee88
+# %% ../nbs/00_core.ipynb #a8e6084e
 @patch
 def __enter__(self:Callback):
     "Register this callback globally for the `with` block"
@@ -352,7 +359,7 @@ def __exit__(self:Callback, *exc_info):
     "Unregister this callback, whatever happened in the block"
     self._global_handle.remove()
 
-# %% ../nbs/00_core.ipynb #fcd70d75
+# %% ../nbs/00_core.ipynb #2e4eb2ab
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
@@ -365,7 +372,7 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
 
 _END = object()
 
-# %% ../nbs/00_core.ipynb #567d60c9
+# %% ../nbs/00_core.ipynb #d966338d
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     def __init__(self, dls, # an object with `train` and `valid` loaders
@@ -446,7 +453,7 @@ class Trainer(CallbackMixin):
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
 
-# %% ../nbs/00_core.ipynb #0d4260e5
+# %% ../nbs/00_core.ipynb #5e2894c3
 _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
                  'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
                  'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
@@ -456,7 +463,7 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
 
-# %% ../nbs/00_core.ipynb #cb888a94
+# %% ../nbs/00_core.ipynb #e64303a9
 class CallbackSummary(list):
     "Rows of (event, callback, order, what it does); shows as a table"
     headers = ('event', 'callback', 'order', 'does')
@@ -472,7 +479,7 @@ def _doc(f, cb):
     doc = inspect.getdoc(f) or (inspect.getdoc(type(cb)) if cb is not None else '') or ''
     return doc.splitlines()[0] if doc else ''
 
-# %% ../nbs/00_core.ipynb #83e70d32
+# %% ../nbs/00_core.ipynb #566bf5ab
 @patch
 def summarize_callbacks(self:CallbackMixin):
     "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run"
@@ -487,7 +494,7 @@ def summarize_callbacks(self:CallbackMixin):
             if f is not None: res.append((event, _name_of(self, cb), getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb)))
     return res
 
-# %% ../nbs/00_core.ipynb #3025dc4c
+# %% ../nbs/00_core.ipynb #84db2b2c
 class Trace:
     "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
     def __init__(self): self.events, self.calls = [], []
@@ -509,7 +516,7 @@ class Trace:
     def __repr__(self): return repr(CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls))
     def _repr_markdown_(self): return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)._repr_markdown_()
 
-# %% ../nbs/00_core.ipynb #e2c422d5
+# %% ../nbs/00_core.ipynb #02ab8744
 @patch
 @contextlib.contextmanager
 def trace(self:CallbackMixin):
@@ -521,7 +528,7 @@ def trace(self:CallbackMixin):
         self._tracer = previous
         self._table.clear()
 
-# %% ../nbs/00_core.ipynb #e0ea01de
+# %% ../nbs/00_core.ipynb #9cb8085e
 @patch
 def callbacks_state_dict(self:CallbackMixin):
     "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
@@ -537,7 +544,7 @@ def load_callbacks_state_dict(self:CallbackMixin, state:dict):
                            f"add the same callbacks, in the same order, before loading their state")
         names[name].load_state_dict(cb_state)
 
-# %% ../nbs/00_core.ipynb #1a256664
+# %% ../nbs/00_core.ipynb #cfec5080
 def view_source_code(obj):
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)
