@@ -9,19 +9,19 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'CancelBackwardException', 'CancelStepException', 'with_cbs', 'CallbackMixin', 'GlobalCallbackHandle',
            'register_global_callback', 'Trainer', 'CallbackSummary', 'Trace', 'view_source_code']
 
-# %% ../nbs/00_core.ipynb #b19667f8
+# %% ../nbs/00_core.ipynb #298f18a9
 import contextlib, functools, inspect, itertools, time, warnings, weakref
 import torch
 from fastcore.basics import patch
 
-# %% ../nbs/00_core.ipynb #954c7de0
+# %% ../nbs/00_core.ipynb #734d67a2
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
     order = 0     # callbacks run sorted by `order`
     core = False  # library callbacks that implement the loop run first among equal `order`
     def __repr__(self): return f'{type(self).__name__}()'
 
-# %% ../nbs/00_core.ipynb #5337f1eb
+# %% ../nbs/00_core.ipynb #dc0c912d
 class CancelException(Exception):         "Base of the exceptions that cancel part of the loop; never reported as errors"
 class CancelFitException(CancelException):      "Raise in a callback to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(CancelException):    "Raise in a callback to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
@@ -29,7 +29,7 @@ class CancelBatchException(CancelException):    "Raise in a callback to skip the
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../nbs/00_core.ipynb #e5e74c0d
+# %% ../nbs/00_core.ipynb #fcd44a1b
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
     skip_unwatched = True  # phases whose callbacks are added while they run (construction) set this to False
@@ -67,7 +67,7 @@ def _outcome(e):
     if isinstance(e, CancelException): return 'cancelled'
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
-# %% ../nbs/00_core.ipynb #aab1610b
+# %% ../nbs/00_core.ipynb #1127b05b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _check_callback(cb):
@@ -93,7 +93,7 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
-# %% ../nbs/00_core.ipynb #6ff65bfd
+# %% ../nbs/00_core.ipynb #c7a2a41c
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
@@ -132,10 +132,10 @@ def _check_hooks(cb, known):
             raise AttributeError(f"{type(cb).__name__}.{name} is not an event, so it would never run: did you mean {closest!r}? "
                                  f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
 
-# %% ../nbs/00_core.ipynb #d824d5bd
+# %% ../nbs/00_core.ipynb #64770ecd
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
-# %% ../nbs/00_core.ipynb #b7bf2a0a
+# %% ../nbs/00_core.ipynb #c09d75a4
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -214,7 +214,7 @@ class CallbackMixin:
             except Exception as e:
                 if self._failed(e, event, cb): raise
 
-# %% ../nbs/00_core.ipynb #63cd6596
+# %% ../nbs/00_core.ipynb #ca839ca3
 @patch
 def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
@@ -253,7 +253,7 @@ def _handlers_of(self:CallbackMixin, event):
     if handlers is None: handlers = self._table[event] = self._handlers(event)
     return handlers
 
-# %% ../nbs/00_core.ipynb #c26285f0
+# %% ../nbs/00_core.ipynb #ee63cf00
 @patch
 def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
@@ -292,7 +292,7 @@ def _contexts(self:CallbackMixin, event):
 
 _no_context = contextlib.nullcontext()
 
-# %% ../nbs/00_core.ipynb #14595d96
+# %% ../nbs/00_core.ipynb #ada17b6c
 def _event_name(event):
     "ArcticTraining's 'pre-step'/'post-step' as aisaac's 'before_step'/'after_step'; other names unchanged"
     for old, new in (('pre-', 'before_'), ('post-', 'after_')):
@@ -325,7 +325,7 @@ def _init_subclass(cls, **kwargs):
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 
-# %% ../nbs/00_core.ipynb #486fc284
+# %% ../nbs/00_core.ipynb #effdc043
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
     def __init__(self, cb): self.cb = cb
@@ -347,7 +347,7 @@ def register_global_callback(cb):
     _global_changed()
     return GlobalCallbackHandle(cb)
 
-# %% ../nbs/00_core.ipynb #a8e6084e
+# %% ../nbs/00_core.ipynb #5f6145b6
 @patch
 def __enter__(self:Callback):
     "Register this callback globally for the `with` block"
@@ -359,7 +359,7 @@ def __exit__(self:Callback, *exc_info):
     "Unregister this callback, whatever happened in the block"
     self._global_handle.remove()
 
-# %% ../nbs/00_core.ipynb #2e4eb2ab
+# %% ../nbs/00_core.ipynb #a7149a36
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
@@ -372,7 +372,7 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
 
 _END = object()
 
-# %% ../nbs/00_core.ipynb #d966338d
+# %% ../nbs/00_core.ipynb #344505a0
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     def __init__(self, dls, # an object with `train` and `valid` loaders
@@ -453,7 +453,7 @@ class Trainer(CallbackMixin):
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
 
-# %% ../nbs/00_core.ipynb #5e2894c3
+# %% ../nbs/00_core.ipynb #31b1e347
 _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
                  'before_loss', 'get_loss', 'after_loss', 'before_backward', 'backward', 'after_backward',
                  'before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad',
@@ -463,7 +463,7 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
 
-# %% ../nbs/00_core.ipynb #e64303a9
+# %% ../nbs/00_core.ipynb #b041a3be
 class CallbackSummary(list):
     "Rows of (event, callback, order, what it does); shows as a table"
     headers = ('event', 'callback', 'order', 'does')
@@ -479,7 +479,7 @@ def _doc(f, cb):
     doc = inspect.getdoc(f) or (inspect.getdoc(type(cb)) if cb is not None else '') or ''
     return doc.splitlines()[0] if doc else ''
 
-# %% ../nbs/00_core.ipynb #566bf5ab
+# %% ../nbs/00_core.ipynb #73221ae1
 @patch
 def summarize_callbacks(self:CallbackMixin):
     "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run"
@@ -494,7 +494,7 @@ def summarize_callbacks(self:CallbackMixin):
             if f is not None: res.append((event, _name_of(self, cb), getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb)))
     return res
 
-# %% ../nbs/00_core.ipynb #84db2b2c
+# %% ../nbs/00_core.ipynb #1ebf4e1a
 class Trace:
     "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
     def __init__(self): self.events, self.calls = [], []
@@ -516,7 +516,7 @@ class Trace:
     def __repr__(self): return repr(CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls))
     def _repr_markdown_(self): return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)._repr_markdown_()
 
-# %% ../nbs/00_core.ipynb #02ab8744
+# %% ../nbs/00_core.ipynb #905e19ef
 @patch
 @contextlib.contextmanager
 def trace(self:CallbackMixin):
@@ -528,7 +528,7 @@ def trace(self:CallbackMixin):
         self._tracer = previous
         self._table.clear()
 
-# %% ../nbs/00_core.ipynb #9cb8085e
+# %% ../nbs/00_core.ipynb #0c3c4fa9
 @patch
 def callbacks_state_dict(self:CallbackMixin):
     "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
@@ -544,7 +544,7 @@ def load_callbacks_state_dict(self:CallbackMixin, state:dict):
                            f"add the same callbacks, in the same order, before loading their state")
         names[name].load_state_dict(cb_state)
 
-# %% ../nbs/00_core.ipynb #cfec5080
+# %% ../nbs/00_core.ipynb #c84850e5
 def view_source_code(obj):
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)

@@ -7,12 +7,12 @@ Docs: https://aisaac-dev.github.io/aisaac/progress.html.md"""
 # %% auto #0
 __all__ = ['ProgressCB']
 
-# %% ../nbs/06_progress.ipynb #f21fc502
+# %% ../nbs/06_progress.ipynb #2a6044d5
 import sys, time
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from .core import Callback
 
-# %% ../nbs/06_progress.ipynb #7d9859c6
+# %% ../nbs/06_progress.ipynb #7cc66644
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
 
 class ProgressCB(Callback):
