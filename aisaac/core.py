@@ -10,7 +10,7 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'register_global_callback', 'Trainer', 'CallbackSummary', 'Trace', 'view_source_code']
 
 # %% ../nbs/00_core.ipynb #298f18a9
-import contextlib, functools, inspect, itertools, time, warnings, weakref
+import collections, contextlib, functools, inspect, itertools, time, warnings, weakref
 import torch
 from fastcore.basics import patch
 
@@ -97,7 +97,7 @@ def _listify(o):
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
-    return entry[3] if entry else type(cb).__name__
+    return entry.name if entry else type(cb).__name__
 
 _not_hooks = {'run_event', 'state_dict', 'load_state_dict', 'callbacks', 'custom_events', 'on_error', 'order', 'core'}
 
@@ -133,6 +133,7 @@ def _check_hooks(cb, known):
                                  f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
 
 # %% ../nbs/00_core.ipynb #64770ecd
+_Entry = collections.namedtuple('_Entry', 'order rank seq name cb')  # rank: 0 core, 1 the user's, 2 global
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
 # %% ../nbs/00_core.ipynb #c09d75a4
@@ -163,13 +164,13 @@ class CallbackMixin:
         _check_hooks(cb, _known_events(self, cb))
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
         name = self._free_name(type(cb).__name__)
-        self._entries[id(cb)] = (getattr(cb, 'order', 0), _rank(cb, rank), next(self._seq), name, cb)
+        self._entries[id(cb)] = _Entry(getattr(cb, 'order', 0), _rank(cb, rank), next(self._seq), name, cb)
         setattr(self, name, cb)
         added.append(cb)
         for member in _listify(getattr(cb, 'callbacks', None)): self._add_one(member, rank, added)
 
     def _free_name(self, name):
-        names = {e[3] for e in self._entries.values()}
+        names = {e.name for e in self._entries.values()}
         free = next(n for i in itertools.count() if (n := name if i == 0 else f'{name}_{i}') not in names)
         if free in self.__dict__ or hasattr(type(self), free):
             raise ValueError(f"A callback named {free!r} would hide the attribute {type(self).__name__}.{free}: rename the callback class")
@@ -184,13 +185,13 @@ class CallbackMixin:
     def _remove_one(self, cb):
         entry = self._entries.pop(id(cb), None)
         if entry is None: return
-        delattr(self, entry[3])
+        delattr(self, entry.name)
         for member in _listify(getattr(cb, 'callbacks', None)): self._remove_one(member)
 
     def _changed(self):
         "The callback set changed: sort it once and forget the dispatch table"
         entries = list(self._entries.values()) + list(_global_entries.values())
-        self.cbs = [e[4] for e in sorted(entries, key=lambda e: e[:3])]
+        self.cbs = [e.cb for e in sorted(entries, key=lambda e: (e.order, e.rank, e.seq))]
         self._table.clear()
 
     def _handlers(self, events):
@@ -206,7 +207,7 @@ class CallbackMixin:
         if isinstance(events, list): events = tuple(events)
         handlers = self._table.get(events)
         if handlers is None: handlers = self._table[events] = self._handlers(events)
-        for f, names, cb, event in handlers:
+        for f, names, cb, event in handlers:  # `_call`, inlined: this loop runs several times per batch
             try:
                 if kwargs: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
                 else: f(self)
@@ -230,8 +231,7 @@ def _replace_args(self:CallbackMixin, event, bound):
 @patch
 def _replace_result(self:CallbackMixin, event, result):
     "Run `event`'s handlers; those naming `return_value` get `result` and may return a replacement"
-    handlers = self._table.get(event)
-    for f, names, cb, _ in (self._handlers_of(event) if handlers is None else handlers):
+    for f, names, cb, _ in self._handlers_of(event):
         if names is None or 'return_value' in names:
             res = self._call(f, event, cb, {'return_value': result})
             if res is not None and names is not None: result = res
@@ -279,8 +279,7 @@ def _enable_all(self:CallbackMixin):
 @patch
 def _contexts(self:CallbackMixin, event):
     "The context managers of the `around_` handlers of `event`, entered, in one `ExitStack` (or a null context)"
-    handlers = self._table.get(event)
-    if handlers is None: handlers = self._handlers_of(event)
+    handlers = self._handlers_of(event)
     if not handlers: return _no_context
     stack = contextlib.ExitStack()
     try:
@@ -343,7 +342,7 @@ def register_global_callback(cb):
     "Make `cb` a callback of every trainer, after their own; returns a handle whose `remove()` unregisters it"
     for c in _flatten(cb):
         _check_callback(c)
-        _global_entries[id(c)] = (getattr(c, 'order', 0), 2, next(_global_seq), type(c).__name__, c)
+        _global_entries[id(c)] = _Entry(getattr(c, 'order', 0), 2, next(_global_seq), type(c).__name__, c)
     _global_changed()
     return GlobalCallbackHandle(cb)
 
@@ -513,8 +512,11 @@ class Trace:
             finally: self.calls.append((event, name, time.perf_counter() - start))
         return timed
 
-    def __repr__(self): return repr(CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls))
-    def _repr_markdown_(self): return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)._repr_markdown_()
+    def table(self):
+        "The calls as a table: event, callback, time"
+        return CallbackSummary((e, n, '', f'{s*1e6:.1f} us') for e, n, s in self.calls)
+    def __repr__(self): return repr(self.table())
+    def _repr_markdown_(self): return self.table()._repr_markdown_()
 
 # %% ../nbs/00_core.ipynb #905e19ef
 @patch
@@ -532,12 +534,12 @@ def trace(self:CallbackMixin):
 @patch
 def callbacks_state_dict(self:CallbackMixin):
     "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
-    return {e[3]: e[4].state_dict() for e in self._entries.values() if callable(getattr(e[4], 'state_dict', None))}
+    return {e.name: e.cb.state_dict() for e in self._entries.values() if callable(getattr(e.cb, 'state_dict', None))}
 
 @patch
 def load_callbacks_state_dict(self:CallbackMixin, state:dict):
     "Load each callback's state from `state`, as made by `callbacks_state_dict`"
-    names = {e[3]: e[4] for e in self._entries.values()}
+    names = {e.name: e.cb for e in self._entries.values()}
     for name, cb_state in state.items():
         if name not in names:
             raise KeyError(f"No callback named {name!r} on this {type(self).__name__} (it has {sorted(names)}): "
