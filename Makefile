@@ -109,7 +109,7 @@ readme: venv ## rewrite README.md from nbs/index.ipynb
 clean: venv ## nbdev-clean: strip notebook metadata/outputs noise
 	$(BIN)/nbdev-clean
 
-bench: setup ## run every bench/*.py
-	@shopt -s nullglob; files=(bench/*.py); \
+bench: setup ## run every bench/*.py (not the helpers in bench/_*.py)
+	@shopt -s nullglob; files=(bench/[!_]*.py); \
 	if [ $${#files[@]} = 0 ]; then echo "no benchmarks in bench/"; exit 0; fi; \
 	for f in "$${files[@]}"; do echo ">>> $$f"; $(PY) "$$f"; done

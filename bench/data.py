@@ -14,7 +14,7 @@ separately: its first call decodes every image, a second call returns the per-pr
 
 Run: `python bench/data.py` (about 1-2 minutes), `--quick` for a smoke run.
 """
-import argparse, os, platform, random, statistics, sys, time
+import argparse, random, statistics, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's a
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from _common import machine
 from aisaac.data import TensorLoader, collate_dict, load_fashion_mnist, pil_to_tensor, to_tensors
 from aisaac.utils import inplace
 
@@ -40,9 +41,6 @@ def parse_args():
     return p.parse_args()
 
 
-def machine():
-    cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), platform.processor())
-    return f"{cpu}, nproc {os.cpu_count()}, python {platform.python_version()}, torch {torch.__version__}, torch default threads {DEFAULT_THREADS}"
 
 
 @inplace
@@ -94,7 +92,7 @@ def main():
     torch.set_num_threads(DEFAULT_THREADS)
 
     print(f"# data paths: Fashion-MNIST train ({len(trn)} images 1x28x28), batch {BS}, shuffled, normalized")
-    print(f"# {machine()}")
+    print(f"# {machine(threads=str(DEFAULT_THREADS) + ' (default)')}")
     print(f"# load_fashion_mnist (disk cache present): {t_load:.2f} s")
     print(f"# to_tensors(train): first call {t_conv1:.2f} s ({len(trn)/t_conv1:,.0f} img/s), cached second call {t_conv2*1e3:.3f} ms")
     print(f"# median of {repeats} interleaved pass(es); PIL path over {pil_batches} batches, the others over a full epoch\n")

@@ -17,7 +17,7 @@ Data conversion (`to_tensors`, done once and cached per process) is timed separa
 Run: `python bench/fmnist.py` (about 2-3 minutes on 2 cores), `--epochs N`, `--quick` for a smoke run
 (1 epoch on 6000/1000 sampled images).
 """
-import argparse, copy, os, platform, statistics, sys, time
+import argparse, copy, statistics, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 
+from _common import machine
 from aisaac.core import Callback, Trainer
 from aisaac.groups import CoreCBs
 from aisaac.data import DataLoaders, load_fashion_mnist, pil_to_tensor, sample_dataset_dict, to_tensors
@@ -44,10 +45,6 @@ def parse_args():
     return p.parse_args()
 
 
-def machine():
-    cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), platform.processor())
-    return (f"{cpu}, nproc {os.cpu_count()}, python {platform.python_version()}, torch {torch.__version__}, "
-            f"torch threads {torch.get_num_threads()}")
 
 
 @inplace

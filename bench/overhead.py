@@ -20,7 +20,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, copy, gc, os, platform, random, statistics, sys, time
+import argparse, copy, gc, random, statistics, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from _common import machine
 from aisaac.core import Callback, Trainer
 from aisaac.train import BasicTrainCB
 from aisaac.groups import CoreCBs
@@ -48,10 +49,6 @@ def parse_args():
     return p.parse_args()
 
 
-def machine():
-    cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), platform.processor())
-    return (f"{cpu}, nproc {os.cpu_count()}, python {platform.python_version()}, torch {torch.__version__}, "
-            f"torch threads {torch.get_num_threads()}")
 
 
 class NoopCB(Callback):
