@@ -95,7 +95,8 @@ def _listify(o):
 
 # %% ../nbs/00_core.ipynb #c7a2a41c
 def _name_of(owner, cb):
-    "The name of `cb` on `owner` (`MetricsCB_1`), or its class name"
+    "The name of `cb` on `owner` (`MetricsCB_1`), its class name, or `owner`'s class name for callbacks declared on the class (`cb` is `None`)"
+    if cb is None: return type(owner).__name__
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
     return entry.name if entry else type(cb).__name__
 
@@ -259,7 +260,7 @@ def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
     policy = getattr(cb, 'on_error', 'raise')
     if policy == 'ignore': return False
-    where = (f"{_name_of(self, cb) if cb is not None else type(self).__name__}.{event} (order {getattr(cb, 'order', 0)}), "
+    where = (f"{_name_of(self, cb)}.{event} (order {getattr(cb, 'order', 0)}), "
              f"epoch {getattr(self, 'epoch', None)}, batch {getattr(self, 'batch_num', None)}")
     if policy == 'warn':
         warnings.warn(f"{where} raised {type(e).__name__}: {e}; the callback is disabled for the rest of this fit (its on_error is 'warn')")
@@ -502,7 +503,7 @@ class Trace:
         "`handlers` timed, after one that records `event`"
         if event.startswith('around_'): return handlers
         def record(o, **kwargs): self.events.append(event)
-        return ((record, None, None, event),) + tuple((self._timed(f, event, _name_of(owner, cb) if cb is not None else type(owner).__name__), names, cb, event)
+        return ((record, None, None, event),) + tuple((self._timed(f, event, _name_of(owner, cb)), names, cb, event)
                                                       for f, names, cb, _ in handlers)
 
     def _timed(self, f, event, name):

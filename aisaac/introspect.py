@@ -14,16 +14,14 @@ from .core import Callback, CallbackSummary
 # %% ../nbs/07_introspect.ipynb #595bbf7f
 class ProfileCB(Callback):
     "Time every handler over a fit; `stats` holds (event, callback, calls, seconds, share of the fit), largest first"
-    order = -100
-    def before_fit(self, trainer):
-        "Start tracing"
-        self._trace = trainer.trace()
-        self.trace, self.start = self._trace.__enter__(), time.perf_counter()
+    def around_fit(self, trainer):
+        "Trace the whole fit, then add the times up (also when the fit raised)"
+        start = time.perf_counter()
+        with trainer.trace() as self.trace:
+            try: yield
+            finally: self._add_up(time.perf_counter() - start)
 
-    def cleanup_fit(self, trainer):
-        "Stop tracing and add the times up"
-        total = time.perf_counter() - self.start
-        self._trace.__exit__(None, None, None)
+    def _add_up(self, total):
         sums = {}
         for event, name, secs in self.trace.calls:
             n, s = sums.get((event, name), (0, 0.))
