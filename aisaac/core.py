@@ -93,6 +93,10 @@ def _listify(o):
     if o is None: return []
     return list(o) if isinstance(o, (list, tuple)) else [o]
 
+def _flatten(cb):
+    "`cb` and, recursively, the members of its `callbacks` attribute (a group's)"
+    return [cb] + [m for c in _listify(getattr(cb, 'callbacks', None)) for m in _flatten(c)]
+
 # %% ../nbs/00_core.ipynb #c7a2a41c
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), its class name, or `owner`'s class name for callbacks declared on the class (`cb` is `None`)"
@@ -153,7 +157,7 @@ class CallbackMixin:
         "Add `callbacks` and, recursively, the members of groups among them; returns all callbacks added"
         added = []
         try:
-            for cb in _listify(callbacks): self._add_one(cb, rank, added)
+            for cb in (c for group in _listify(callbacks) for c in _flatten(group)): self._add_one(cb, rank, added)
         except Exception:
             self.remove_callbacks(added)
             raise
@@ -168,7 +172,6 @@ class CallbackMixin:
         self._entries[id(cb)] = _Entry(getattr(cb, 'order', 0), _rank(cb, rank), next(self._seq), name, cb)
         setattr(self, name, cb)
         added.append(cb)
-        for member in _listify(getattr(cb, 'callbacks', None)): self._add_one(member, rank, added)
 
     def _free_name(self, name):
         names = {e.name for e in self._entries.values()}
@@ -333,8 +336,6 @@ class GlobalCallbackHandle:
         "Unregister the callback (and the members of its group)"
         for cb in _flatten(self.cb): _global_entries.pop(id(cb), None)
         _global_changed()
-
-def _flatten(cb): return [cb] + [m for c in _listify(getattr(cb, 'callbacks', None)) for m in _flatten(c)]
 
 def _global_changed():
     for owner in list(_owners): owner._changed()
