@@ -40,23 +40,30 @@ class with_cbs:
     def __call__(self, f):
         sig = inspect.signature(f)
         takes_args = len(sig.parameters) > 1
+        events, (before, after, cleanup, around), skip_unwatched, cancel = self.events, self.events, self.skip_unwatched, self.exception
+        def body(o, *args, **kwargs):  # `before_`, the method, `after_`
+            if takes_args: args, kwargs = o._replace_args(before, sig.bind(o, *args, **kwargs))
+            else: o.run_callbacks(before)
+            res = f(o, *args, **kwargs)
+            if o._plan_of(after).wants_result: return o._replace_result(after, res)
+            o.run_callbacks(after)
+            return res
         @functools.wraps(f)
         def _f(o, *args, **kwargs):
-            if self.skip_unwatched and not o._handlers_of(self.events):  # nobody listens: run it, honouring its cancel
+            if skip_unwatched and not o._plan_of(events):  # nobody listens: run it, honouring its cancel
                 try: return f(o, *args, **kwargs)
-                except self.exception: return None
+                except cancel: return None
             try:
-                with o._contexts(self.around):
-                    if takes_args: args, kwargs = o._replace_args(self.before, sig.bind(o, *args, **kwargs))
-                    else: o.run_callbacks(self.before)
-                    res = o._replace_result(self.after, f(o, *args, **kwargs))
+                if o._plan_of(around):
+                    with o._contexts(around): res = body(o, *args, **kwargs)
+                else: res = body(o, *args, **kwargs)
                 o.outcome = 'ok'
                 return res
-            except self.exception: o.outcome = 'cancelled'
+            except cancel: o.outcome = 'cancelled'
             except BaseException as e:
                 o.outcome, o.exception = _outcome(e), e
                 raise
-            finally: o.run_callbacks(self.cleanup)
+            finally: o.run_callbacks(cleanup)
         _f.phase = self.nm
         return _f
 
@@ -142,6 +149,19 @@ _Entry = collections.namedtuple('_Entry', 'order rank seq name cb')  # rank: 0 c
 _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 
 # %% ../nbs/00_core.ipynb #c09d75a4
+class _Plan(tuple):
+    "The functions that handle an event (or a tuple of events), in run order; `handlers` has `(function, kwarg names, callback, event)` of each"
+    def __new__(cls, handlers):
+        fs, seen = [], set()
+        for f, *_ in handlers:  # distinct objects, so that a failing handler is found by identity
+            fs.append(functools.partial(f) if id(f) in seen else f)
+            seen.add(id(f))
+        plan = super().__new__(cls, fs)
+        plan.handlers = handlers
+        plan.wants_result = any(names is None or 'return_value' in names for _, names, _, _ in handlers)
+        return plan
+
+# %% ../nbs/00_core.ipynb #1656df38
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
@@ -206,18 +226,30 @@ class CallbackMixin:
         res = tuple((f, _kwarg_names(f), cb, events) for f, cb in fs if f is not None)
         return res if self._tracer is None else self._tracer.wrap(self, events, res)
 
+    def _plan_of(self, events):
+        "The dispatch table's `_Plan` for `events`, made the first time they fire after the callback set changed"
+        try: return self._table[events]
+        except KeyError: plan = self._table[events] = _Plan(self._handlers(events))
+        return plan
+
     def run_callbacks(self, events, **kwargs):
         "Run the handlers of `events` (a name, or a tuple of names run in order); handlers get the `kwargs` they name"
-        if isinstance(events, list): events = tuple(events)
-        handlers = self._table.get(events)
-        if handlers is None: handlers = self._table[events] = self._handlers(events)
-        for f, names, cb, event in handlers:  # `_call`, inlined: this loop runs several times per batch
-            try:
-                if kwargs: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
-                else: f(self)
-            except CancelException: raise
-            except Exception as e:
-                if self._failed(e, event, cb): raise
+        try: plan = self._table[events]
+        except (KeyError, TypeError): plan = self._plan_of(tuple(events) if isinstance(events, list) else events)
+        if not plan: return
+        if kwargs: return self._run_each(plan.handlers, kwargs)
+        try:
+            for f in plan: f(self)  # the hot loop: nothing but the calls
+        except CancelException: raise
+        except Exception as e:  # find who failed, apply its error policy, then run the handlers after it
+            i = next(i for i, g in enumerate(plan) if g is f)
+            if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]): raise
+            self._run_each(plan.handlers[i+1:], {})
+
+    def _run_each(self, handlers, kwargs):
+        "Run `handlers` one at a time, each with the `kwargs` it names and under its callback's error policy"
+        for f, names, cb, event in handlers:
+            self._call(f, event, cb, kwargs if names is None else {k: v for k, v in kwargs.items() if k in names})
 
 # %% ../nbs/00_core.ipynb #ca839ca3
 @patch
@@ -225,7 +257,7 @@ def _replace_args(self:CallbackMixin, event, bound):
     "Run `event`'s handlers on the arguments in `bound`, each replacing those it names; returns `(args, kwargs)`"
     bound.apply_defaults()
     values = bound.arguments
-    for f, names, cb, _ in self._handlers_of(event):
+    for f, names, cb, _ in self._plan_of(event).handlers:
         named = [n for n in list(values)[1:] if names is not None and n in names]
         res = self._call(f, event, cb, {k: v for k, v in values.items() if k in named} if names is not None else dict(list(values.items())[1:]))
         if res is None or not named: continue
@@ -235,7 +267,11 @@ def _replace_args(self:CallbackMixin, event, bound):
 @patch
 def _replace_result(self:CallbackMixin, event, result):
     "Run `event`'s handlers; those naming `return_value` get `result` and may return a replacement"
-    for f, names, cb, _ in self._handlers_of(event):
+    plan = self._plan_of(event)
+    if not plan.wants_result:
+        self.run_callbacks(event)
+        return result
+    for f, names, cb, _ in plan.handlers:
         if names is None or 'return_value' in names:
             res = self._call(f, event, cb, {'return_value': result})
             if res is not None and names is not None: result = res
@@ -249,13 +285,6 @@ def _call(self:CallbackMixin, f, event, cb, kwargs):
     except CancelException: raise
     except Exception as e:
         if self._failed(e, event, cb): raise
-
-@patch
-def _handlers_of(self:CallbackMixin, event):
-    "The dispatch table's entry for `event`"
-    handlers = self._table.get(event)
-    if handlers is None: handlers = self._table[event] = self._handlers(event)
-    return handlers
 
 # %% ../nbs/00_core.ipynb #ee63cf00
 @patch
@@ -283,11 +312,11 @@ def _enable_all(self:CallbackMixin):
 @patch
 def _contexts(self:CallbackMixin, event):
     "The context managers of the `around_` handlers of `event`, entered, in one `ExitStack` (or a null context)"
-    handlers = self._handlers_of(event)
-    if not handlers: return _no_context
+    plan = self._plan_of(event)
+    if not plan: return _no_context
     stack = contextlib.ExitStack()
     try:
-        for f, names, cb, _ in handlers: stack.enter_context(contextlib.contextmanager(f)(self))
+        for f, names, cb, _ in plan.handlers: stack.enter_context(contextlib.contextmanager(f)(self))
     except BaseException:
         stack.close()
         raise

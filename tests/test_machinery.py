@@ -221,6 +221,31 @@ def test_on_error_ignore():
     ref = _weights()
     assert all(torch.equal(w[k], ref[k]) for k in ref)
 
+def test_ignored_error_runs_each_remaining_handler_once():
+    "A handler failing in the middle of an event (here inside the batch's step tuple) neither skips nor repeats the others"
+    log = []
+    class Rec(Callback):
+        def __init__(self, tag, fail=False): self.tag, self.fail, self.on_error = tag, fail, 'ignore'
+        def after_predict(self, trainer):
+            log.append(self.tag)
+            if self.fail: raise ValueError(self.tag)
+    trainer, ref = make_trainer([Rec('a'), Rec('b', fail=True), Rec('c')]), make_trainer()
+    init = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.fit(1, valid=False); ref.fit(1, valid=False)
+    assert log == ['a', 'b', 'c'] * 3  # three training batches
+    w, r = trainer.model.state_dict(), ref.model.state_dict()
+    assert all(torch.equal(w[k], r[k]) for k in r) and not torch.equal(w['weight'], init['weight'])  # the loss, backward and step still ran
+
+def test_same_function_for_two_events_is_blamed_for_the_right_one():
+    "A class may declare one function for several events: a failure names the event that was running"
+    calls = []
+    def count(self):
+        calls.append(len(calls))
+        if len(calls) == 2: raise KeyError('second call')
+    class Twice(Trainer): callbacks = [('before_predict', count), ('after_predict', count)]
+    with pytest.raises(KeyError) as info: make_trainer(cls=Twice).fit(1)
+    assert calls == [0, 1] and 'Twice.after_predict' in info.value.__notes__[0]
+
 def test_on_error_default_raises():
     class Logger(Callback):
         def after_batch(self, trainer): raise OSError('disk full')
