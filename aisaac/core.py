@@ -196,7 +196,7 @@ class CallbackMixin:
     def _free_name(self, name):
         names = {e.name for e in self._entries.values()}
         free = next(n for i in itertools.count() if (n := name if i == 0 else f'{name}_{i}') not in names)
-        if free in self.__dict__ or hasattr(type(self), free):
+        if hasattr(self, free):  # an attribute of the object or its class
             raise ValueError(f"A callback named {free!r} would hide the attribute {type(self).__name__}.{free}: rename the callback class")
         return free
 
@@ -344,7 +344,7 @@ def _hook_init(init):
     phase = hooks(init)
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        if self.__dict__.get('_constructing'): return init(self, *args, **kwargs)
+        if getattr(self, '_constructing', False): return init(self, *args, **kwargs)
         self._constructing = True
         try: phase(self, *args, **kwargs)
         finally: del self._constructing
