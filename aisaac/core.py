@@ -196,7 +196,7 @@ class CallbackMixin:
     def _free_name(self, name):
         names = {e.name for e in self._entries.values()}
         free = next(n for i in itertools.count() if (n := name if i == 0 else f'{name}_{i}') not in names)
-        if hasattr(self, free):  # an attribute of the object or its class
+        if hasattr(type(self), free) or hasattr(self, free):  # the class first: a property is not called; no `__dict__`: it would slow every attribute read
             raise ValueError(f"A callback named {free!r} would hide the attribute {type(self).__name__}.{free}: rename the callback class")
         return free
 
