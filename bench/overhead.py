@@ -8,6 +8,7 @@ over the repeats. `ratio` is the variant's time over the raw loop's (torch DataL
 
 Variants
   raw DataLoader      zero_grad/forward/loss/backward/step over a torch DataLoader(TensorDataset, shuffle=True)
+  raw again           a second, identical raw DataLoader loop: its ratio shows this run's noise floor
   raw slicing         the same loop over slices of the tensors, shuffled once per epoch
   BasicTrainCB        Trainer with only BasicTrainCB, same torch DataLoader
   CoreCBs             Trainer with CoreCBs(progress=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
@@ -107,9 +108,10 @@ def variants(x, y, bs):
     def trainer(loader, cbs):
         t = Trainer(DataLoaders(loader, loader), loss_func, torch.optim.SGD, model=copy.deepcopy(base), callbacks=cbs)
         return lambda: t.fit(1, lr=LR, valid=False)
-    m1, m2, d1 = copy.deepcopy(base), copy.deepcopy(base), dl()
+    m1, m2, m3, d1, d3 = copy.deepcopy(base), copy.deepcopy(base), copy.deepcopy(base), dl(), dl()
     return {
         'raw DataLoader': lambda: raw_dl_epoch(m1, d1, loss_func),
+        'raw again': lambda: raw_dl_epoch(m3, d3, loss_func),
         'raw slicing': lambda: raw_slice_epoch(m2, x, y, bs, loss_func),
         'BasicTrainCB': trainer(dl(), [BasicTrainCB()]),
         'CoreCBs': trainer(dl(), [CoreCBs(device='cpu', progress=False)]),
@@ -198,6 +200,7 @@ def main():
         print(f"\n# targets (batch 64)\n")
         for name, val, lim, unit in checks:
             print(f"- {name}: {val:.3f}{unit} -> {'MET' if val <= lim else 'MISSED'}")
+        print(f"- (noise floor: the identical second raw loop measured {r['raw again'] / r['raw DataLoader']:.3f}x)")
         print(f"- (20 no-op callbacks in the full workload, paired median: {r['noop_paired']:+.1f} us/batch; "
               f"noisy, for reference)")
 
