@@ -40,7 +40,8 @@ class with_cbs:
     def __call__(self, f):
         sig = inspect.signature(f)
         takes_args = len(sig.parameters) > 1
-        events, (before, after, cleanup, around), skip_unwatched, cancel = self.events, self.events, self.skip_unwatched, self.exception
+        events, skip_unwatched, cancel = self.events, self.skip_unwatched, self.exception  # locals: read faster than attributes
+        before, after, cleanup, around = events
         def body(o, *args, **kwargs):  # `before_`, the method, `after_`
             if takes_args: args, kwargs = o._replace_args(before, sig.bind(o, *args, **kwargs))
             else: o.run_callbacks(before)
@@ -196,7 +197,7 @@ class CallbackMixin:
     def _free_name(self, name):
         names = {e.name for e in self._entries.values()}
         free = next(n for i in itertools.count() if (n := name if i == 0 else f'{name}_{i}') not in names)
-        if hasattr(type(self), free) or hasattr(self, free):  # the class first: a property is not called; no `__dict__`: it would slow every attribute read
+        if hasattr(type(self), free) or hasattr(self, free):  # not `self.__dict__`: using it slows every attribute read
             raise ValueError(f"A callback named {free!r} would hide the attribute {type(self).__name__}.{free}: rename the callback class")
         return free
 
@@ -267,11 +268,7 @@ def _replace_args(self:CallbackMixin, event, bound):
 @patch
 def _replace_result(self:CallbackMixin, event, result):
     "Run `event`'s handlers; those naming `return_value` get `result` and may return a replacement"
-    plan = self._plan_of(event)
-    if not plan.wants_result:
-        self.run_callbacks(event)
-        return result
-    for f, names, cb, _ in plan.handlers:
+    for f, names, cb, _ in self._plan_of(event).handlers:
         if names is None or 'return_value' in names:
             res = self._call(f, event, cb, {'return_value': result})
             if res is not None and names is not None: result = res
