@@ -19,7 +19,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset, default_collate
 import datasets
 from datasets import Dataset, DatasetDict, Features, ClassLabel, Image
+from datasets.fingerprint import Hasher
 from fastcore.basics import store_attr, patch
+from . import __version__
 from .core import CallbackMixin
 
 # %% ../nbs/03_data.ipynb #f821db0d
@@ -218,18 +220,51 @@ def _col_tensor(vals, feat):
     x = torch.as_tensor(np.asarray(vals))
     return x.long() if not x.is_floating_point() and not x.dtype == torch.bool else x
 
-def to_tensors(ds:Dataset, # a split, with or without a transform
-               chunk:int=10_000): # rows read (and transformed) at a time
-    "The columns of `ds` as tensors, in feature order, with `ds`'s transform applied if it has one"
-    fmt = ds.format
-    key = (ds._fingerprint, fmt['type'], tuple(fmt['columns'] or ()), fmt['format_kwargs'].get('transform'))
-    if key in _converted: return _converted[key]
+def _convert(ds, chunk):
     parts = []
     for i in range(0, len(ds), chunk):
         b = ds[i:i+chunk]
         cols = [k for k in ds.features if k in b] + [k for k in b if k not in ds.features]
         parts.append([_col_tensor(b[k], ds.features.get(k)) for k in cols])
-    res = tuple(torch.cat(o) for o in zip(*parts))
+    return tuple(torch.cat(o) for o in zip(*parts))
+
+def _tensors_file(ds, key):
+    "The disk cache file for `key` (see `to_tensors`), or `None` when `ds` is not on disk or its transform cannot be hashed"
+    if not ds.cache_files: return None  # an in-memory split's fingerprint is random: a file would never be read again
+    try: tfm = Hasher.hash(key[-1])
+    except Exception: return None
+    desc = '|'.join(map(str, (*key[:-1], tfm, len(ds), __version__, torch.__version__, datasets.__version__)))
+    return cache_dir()/'tensors'/f"{hashlib.sha256(desc.encode()).hexdigest()[:24]}.pt"
+
+def _load_tensors(fn):
+    try: return tuple(torch.load(fn, weights_only=True))
+    except Exception as e:
+        warnings.warn(f"Ignoring the unreadable tensor cache {fn} ({type(e).__name__}: {e}); converting again")
+
+def _save_tensors(res, fn):
+    try:
+        fn.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=fn.parent, prefix='.tmp-')
+        try:
+            with os.fdopen(fd, 'wb') as f: torch.save(list(res), f)
+            os.replace(tmp, fn)  # atomic: readers see the old file or the whole new one
+        finally:
+            if os.path.exists(tmp): os.remove(tmp)
+    except OSError as e:
+        warnings.warn(f"Could not write the tensor cache in {fn.parent} ({e}); set AISAAC_CACHE to a writable folder")
+
+def to_tensors(ds:Dataset, # a split, with or without a transform
+               chunk:int=10_000, # rows read (and transformed) at a time
+               cache:bool=True): # also keep the tensors on disk, for the next run (splits stored on disk only)
+    "The columns of `ds` as tensors, in feature order, with `ds`'s transform applied if it has one"
+    fmt = ds.format
+    key = (ds._fingerprint, fmt['type'], tuple(fmt['columns'] or ()), fmt['format_kwargs'].get('transform'))
+    if key in _converted: return _converted[key]
+    fn = _tensors_file(ds, key) if cache else None
+    res = _load_tensors(fn) if fn is not None and fn.exists() else None
+    if res is None:
+        res = _convert(ds, chunk)
+        if fn is not None: _save_tensors(res, fn)
     _converted[key] = res
     while len(_converted) > 4: _converted.popitem(last=False)
     return res

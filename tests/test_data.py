@@ -157,6 +157,63 @@ def test_sample_keeps_features_and_transform(fake_dsd):
     assert s['train'][0]['image'].shape == (1, 28, 28)
     assert s['train']['label'] == sample_dataset_dict(fake_dsd, 10, 5, seed=1)['train']['label']
 
+# --- the disk cache of converted tensors
+
+converted = []  # images converted by `Shift` transforms, counted outside them (their hash must not change)
+
+class Shift:
+    "A `with_transform` function: images as tensors plus `shift`"
+    def __init__(self, shift): self.shift = shift
+    def __call__(self, b):
+        converted.append(len(b['image']))
+        return {**b, 'image': [pil_to_tensor(o) + self.shift for o in b['image']]}
+
+def cached_files(root): return sorted((root/'cache'/'tensors').glob('*.pt'))
+
+def test_second_run_loads_converted_tensors_from_disk(fake_dsd, isolated):
+    converted.clear()
+    ds = fake_dsd['train'].with_transform(Shift(0.5))
+    x, y = data.to_tensors(ds)
+    assert sum(converted) == 100 and len(cached_files(isolated)) == 1
+    data._converted.clear()  # what a new process starts with
+    ds2 = load_fashion_mnist(isolated/'fake')['train'].with_transform(Shift(0.5))
+    x2, y2 = data.to_tensors(ds2)
+    assert sum(converted) == 100  # not converted again
+    assert torch.equal(x, x2) and torch.equal(y, y2) and y2.dtype == torch.int64
+
+def test_disk_cache_key_follows_transform_and_columns(fake_dsd, isolated):
+    converted.clear()
+    data.to_tensors(fake_dsd['train'].with_transform(Shift(0.5)))
+    data._converted.clear()
+    x = data.to_tensors(fake_dsd['train'].with_transform(Shift(0.25)))[0]  # another transform
+    assert sum(converted) == 200 and len(cached_files(isolated)) == 2
+    assert torch.allclose(x, data.to_tensors(fake_dsd['train'], cache=False)[0] + 0.25)
+    data._converted.clear()
+    data.to_tensors(fake_dsd['train'].select_columns(['label']))
+    assert len(cached_files(isolated)) == 3  # the label column alone is a third file (`cache=False` above wrote none)
+
+def test_no_disk_cache_for_in_memory_splits_or_unhashable_transforms(fake_dsd, isolated):
+    mem = Dataset.from_dict({'x': [[1., 2.], [3., 4.]], 'y': [0, 1]})
+    assert torch.equal(data.to_tensors(mem)[0], torch.tensor([[1., 2.], [3., 4.]]))
+    ids = (i for i in range(10**6))  # a generator cannot be pickled, so the transform cannot be hashed
+    def tfm(b): return {**b, 'image': [pil_to_tensor(o) + 0 * next(ids) for o in b['image']]}
+    data.to_tensors(fake_dsd['test'].with_transform(tfm))
+    data.to_tensors(fake_dsd['test'], cache=False)
+    assert cached_files(isolated) == []
+
+def test_unreadable_cache_file_is_converted_again(fake_dsd, isolated):
+    converted.clear()
+    data.to_tensors(fake_dsd['test'].with_transform(Shift(0.5)))
+    [fn] = cached_files(isolated)
+    fn.write_bytes(b'not a tensor file')
+    data._converted.clear()
+    with pytest.warns(UserWarning, match='unreadable tensor cache'):
+        x = data.to_tensors(fake_dsd['test'].with_transform(Shift(0.5)))[0]
+    assert sum(converted) == 60 and x.shape == (30, 1, 28, 28)
+    data._converted.clear()
+    data.to_tensors(fake_dsd['test'].with_transform(Shift(0.5)))  # rewritten: read, not converted
+    assert sum(converted) == 60
+
 def test_show_batch(fake_dsd):
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
