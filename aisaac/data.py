@@ -221,6 +221,7 @@ def _col_tensor(vals, feat):
     return x.long() if not x.is_floating_point() and not x.dtype == torch.bool else x
 
 def _convert(ds, chunk):
+    "The columns of `ds` as tensors, read `chunk` rows at a time"
     parts = []
     for i in range(0, len(ds), chunk):
         b = ds[i:i+chunk]
