@@ -51,11 +51,14 @@ class with_cbs:
             return res
         @functools.wraps(f)
         def _f(o, *args, **kwargs):
-            if skip_unwatched and not o._plan_of(events):  # nobody listens: run it, honouring its cancel
+            phase = o._plan_of(events)  # the handlers of all four events, and `parts`: each event's
+            if skip_unwatched and not phase:  # nobody listens: run it, honouring its cancel
                 try: return f(o, *args, **kwargs)
                 except cancel: return None
+            _, _, cleanup_plan, around_plan = phase.parts
+            table = o._table  # replaced by a new one if callbacks are added or removed during the phase
             try:
-                if o._plan_of(around):
+                if around_plan:
                     with o._contexts(around): res = body(o, *args, **kwargs)
                 else: res = body(o, *args, **kwargs)
                 o.outcome = 'ok'
@@ -64,7 +67,8 @@ class with_cbs:
             except BaseException as e:
                 o.outcome, o.exception = _outcome(e), e
                 raise
-            finally: o.run_callbacks(cleanup)
+            finally:
+                if cleanup_plan or o._table is not table: o.run_callbacks(cleanup)
         _f.phase = self.nm
         return _f
 
@@ -152,13 +156,13 @@ _global_entries, _owners, _global_seq = {}, weakref.WeakSet(), itertools.count()
 # %% ../nbs/00_core.ipynb #c09d75a4
 class _Plan(tuple):
     "The functions that handle an event (or a tuple of events), in run order; `handlers` has `(function, kwarg names, callback, event)` of each"
-    def __new__(cls, handlers):
+    def __new__(cls, handlers, parts=()):
         fs, seen = [], set()
         for f, *_ in handlers:  # distinct objects, so that a failing handler is found by identity
             fs.append(functools.partial(f) if id(f) in seen else f)
             seen.add(id(f))
         plan = super().__new__(cls, fs)
-        plan.handlers = handlers
+        plan.handlers, plan.parts = handlers, parts  # parts: the plan of each event, for a tuple of events
         plan.wants_result = any(names is None or 'return_value' in names for _, names, _, _ in handlers)
         return plan
 
@@ -217,20 +221,24 @@ class CallbackMixin:
         "The callback set changed: sort it once and forget the dispatch table"
         entries = list(self._entries.values()) + list(_global_entries.values())
         self.cbs = [e.cb for e in sorted(entries, key=lambda e: (e.order, e.rank, e.seq))]
-        self._table.clear()
+        self._table = {}  # a new one: a phase that holds the old table's plans sees that they are stale
 
-    def _handlers(self, events):
-        "The handlers of `events` (a name or a tuple of names) in run order: `(function, keyword arguments it accepts, callback, event)`"
-        if not isinstance(events, str): return sum((self._handlers(e) for e in events), ())
-        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == events]
-        fs += [(_handler(cb, events), cb) for cb in self.cbs if id(cb) not in self._disabled]
-        res = tuple((f, _kwarg_names(f), cb, events) for f, cb in fs if f is not None)
-        return res if self._tracer is None else self._tracer.wrap(self, events, res)
+    def _handlers(self, event):
+        "The handlers of `event` in run order: `(function, keyword arguments it accepts, callback, event)`"
+        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == event]
+        fs += [(_handler(cb, event), cb) for cb in self.cbs if id(cb) not in self._disabled]
+        res = tuple((f, _kwarg_names(f), cb, event) for f, cb in fs if f is not None)
+        return res if self._tracer is None else self._tracer.wrap(self, event, res)
 
     def _plan_of(self, events):
         "The dispatch table's `_Plan` for `events`, made the first time they fire after the callback set changed"
         try: return self._table[events]
-        except KeyError: plan = self._table[events] = _Plan(self._handlers(events))
+        except KeyError: pass
+        if isinstance(events, str): plan = _Plan(self._handlers(events))
+        else:
+            parts = tuple(self._plan_of(e) for e in events)
+            plan = _Plan(sum((p.handlers for p in parts), ()), parts)
+        self._table[events] = plan
         return plan
 
     def run_callbacks(self, events, **kwargs):
@@ -552,11 +560,11 @@ class Trace:
 def trace(self:CallbackMixin):
     "Record every event dispatched inside the `with` block, and each handler's time"
     previous, self._tracer = self._tracer, Trace()
-    self._table.clear()
+    self._table = {}
     try: yield self._tracer
     finally:
         self._tracer = previous
-        self._table.clear()
+        self._table = {}
 
 # %% ../nbs/00_core.ipynb #0c3c4fa9
 @patch

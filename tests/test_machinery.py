@@ -181,6 +181,18 @@ def test_around_fit_contexts_exit_in_reverse_order():
     assert log == ['enter A', 'enter B', 'exit B', 'exit A']
 
 
+def test_callback_added_during_a_phase_runs_in_its_after_and_cleanup():
+    "A callback added by another one's `before_fit` takes part in the rest of the fit, `cleanup_fit` included"
+    log = []
+    class Late(Callback):
+        def after_fit(self, trainer): log.append('after_fit')
+        def cleanup_fit(self, trainer): log.append('cleanup_fit')
+    class Adder(Callback):
+        def before_fit(self, trainer): trainer.add_callbacks(Late())
+    make_trainer([Adder()]).fit(1)
+    assert log == ['after_fit', 'cleanup_fit']
+
+
 # ---------------------------------------------------------------- 5. on_error policies
 
 class FlakyLogger(Callback):
