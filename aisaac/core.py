@@ -471,13 +471,13 @@ class Trainer(CallbackMixin):
             self.batch = batch
             self.run_callbacks('after_dataloader')
             self.one_batch()
-            if self.training: self.run_callbacks('checkpoint', at='batch')
+            if self.model.training: self.run_callbacks('checkpoint', at='batch')
 
     @with_cbs('batch', CancelBatchException)
     def one_batch(self):
         "Process `self.batch`: all callbacks"
         self.run_callbacks(('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss'))
-        if not self.training: return
+        if not self.model.training: return  # (the `training` property, without its call: this runs every batch)
         try: self.run_callbacks(('before_backward', 'backward', 'after_backward'))
         except CancelBackwardException: pass
         try: self.run_callbacks(('before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'))
