@@ -104,22 +104,30 @@ def raw_slice_epoch(model, x, y, bs, loss_func):
 
 
 def variants(x, y, bs):
-    "name -> zero-argument function that runs one training epoch"
+    "name -> `prepare()`, which makes a fresh copy of the model and a new loader and returns the function that trains one epoch"
     loss_func, base = nn.CrossEntropyLoss(), make_model()
     dl = lambda: DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True)
-    def trainer(loader, cbs):
-        t = Trainer(DataLoaders(loader, loader), loss_func, torch.optim.SGD, model=copy.deepcopy(base), callbacks=cbs)
-        return lambda: t.fit(1, lr=LR, valid=False)
-    m1, m2, m3, d1, d3 = copy.deepcopy(base), copy.deepcopy(base), copy.deepcopy(base), dl(), dl()
+    def raw(epoch):
+        def prepare():
+            model, loader = copy.deepcopy(base), dl()
+            return lambda: epoch(model, loader)
+        return prepare
+    def trainer(cbs, fast=False):
+        t = Trainer(DataLoaders([], []), loss_func, torch.optim.SGD, model=base, callbacks=cbs)  # its dispatch table persists
+        def prepare():
+            loader = TensorLoader(x, y, bs=bs, shuffle=True) if fast else dl()
+            t.model, t.dls = copy.deepcopy(base), DataLoaders(loader, loader)
+            return lambda: t.fit(1, lr=LR, valid=False)
+        return prepare
     return {
-        'raw DataLoader': lambda: raw_dl_epoch(m1, d1, loss_func),
-        'raw again': lambda: raw_dl_epoch(m3, d3, loss_func),
-        'raw slicing': lambda: raw_slice_epoch(m2, x, y, bs, loss_func),
-        'BasicTrainCB': trainer(dl(), [BasicTrainCB()]),
-        'CoreCBs': trainer(dl(), [CoreCBs(device='cpu', progress=False)]),
-        'CoreCBs fast': trainer(TensorLoader(x, y, bs=bs, shuffle=True), [CoreCBs(device='cpu', progress=False)]),
-        'Basic + 20 no-op': trainer(dl(), [BasicTrainCB()] + [NoopCB() for _ in range(20)]),
-        'Basic + 20 quiet': trainer(dl(), [BasicTrainCB()] + [QuietCB() for _ in range(20)]),
+        'raw DataLoader': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
+        'raw again': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
+        'raw slicing': raw(lambda m, d: raw_slice_epoch(m, x, y, bs, loss_func)),
+        'BasicTrainCB': trainer([BasicTrainCB()]),
+        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False)]),
+        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False)], fast=True),
+        'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
+        'Basic + 20 quiet': trainer([BasicTrainCB()] + [QuietCB() for _ in range(20)]),
     }
 
 
@@ -127,7 +135,7 @@ def dispatch_variants(bs, n_batches):
     batches = [(torch.zeros(bs, N_IN), torch.zeros(bs, dtype=torch.long))] * n_batches
     def trainer(cbs):
         t = Trainer(DataLoaders(batches, batches), nn.CrossEntropyLoss(), torch.optim.SGD, model=make_model(), callbacks=cbs)
-        return lambda: t.fit(1, lr=LR, valid=False)
+        return lambda: lambda: t.fit(1, lr=LR, valid=False)
     return {'dispatch only': trainer([NullTrainCB()]),
             'dispatch + 20 no-op': trainer([NullTrainCB()] + [NoopCB() for _ in range(20)]),
             'dispatch + 20 quiet': trainer([NullTrainCB()] + [QuietCB() for _ in range(20)])}
@@ -135,16 +143,17 @@ def dispatch_variants(bs, n_batches):
 
 CLOCK = time.process_time
 
-def time_interleaved(fns, repeats, warmup=1):
-    "Seconds per call of each function (a list per function), calls interleaved in a new random order every repeat"
-    times = {k: [] for k in fns}
+def time_interleaved(preps, repeats, warmup=1):
+    "Seconds of each variant's run (a list per variant), in a new random order every repeat, each run prepared just before"
+    times = {k: [] for k in preps}
     for r in range(warmup + repeats):
-        order = list(fns)
+        order = list(preps)
         random.shuffle(order)
         for k in order:
+            run = preps[k]()  # new model and loader: where they land in memory changes every repeat
             gc.collect()
             t0 = CLOCK()
-            fns[k]()
+            run()
             dt = CLOCK() - t0
             if r >= warmup: times[k].append(dt)
     return times
