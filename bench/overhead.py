@@ -4,7 +4,9 @@
 Workload: nn.Sequential(Linear(20,64), ReLU, Linear(64,10)) on 20k in-memory random rows, CrossEntropy,
 SGD lr 0.01, one shuffled training epoch per timing (`fit(1, valid=False)` for aisaac), batch 16 and 64.
 All variants run in one process, interleaved (a new random order every repeat); each cell is the median
-over the repeats. `ratio` is the median over the repeats of the variant's time over the raw loop's (torch
+over the repeats. Every repeat trains a fresh copy of the same initial model on a new loader (trainers keep
+their callbacks and dispatch tables), so where tensors land in memory changes from repeat to repeat instead of
+favouring one variant for the whole run. `ratio` is the median over the repeats of the variant's time over the raw loop's (torch
 DataLoader) in the same repeat, at the same batch size: pairing within a repeat cancels the slow drifts of a
 shared machine's speed.
 
