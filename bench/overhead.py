@@ -18,6 +18,10 @@ Variants
   CoreCBs             Trainer with CoreCBs(progress=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
   CoreCBs fast        CoreCBs(progress=False) over aisaac's TensorLoader(shuffle=True)
   Basic + 20 no-op    BasicTrainCB and 20 callbacks whose before_batch and after_batch do nothing, same DataLoader
+  Basic + 20 quiet    BasicTrainCB and 20 callbacks with no per-batch hook (the same per-batch code as BasicTrainCB)
+  --decompose adds:
+  trainer, bare loop     a Trainer whose epoch is `for batch in dl:` with the steps inline: no per-batch event
+  trainer, inline        the Trainer's loop (dataloader events, batch phase, checkpoint) with the steps inline
 
 A second table isolates the dispatch cost (no model, no data loading): a Trainer whose only work callback
 does nothing, over a list of pre-made batches, with and without the 20 no-op callbacks. That difference is
@@ -35,7 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from _common import machine
-from aisaac.core import Callback, Trainer
+from aisaac.core import Callback, CancelBatchException, CancelEpochException, Trainer, with_cbs
 from aisaac.train import BasicTrainCB
 from aisaac.groups import CoreCBs
 from aisaac.data import DataLoaders, TensorLoader
@@ -51,6 +55,7 @@ def parse_args():
     p.add_argument('--clock', choices=['cpu', 'wall'], default='cpu',
                    help="'cpu': this process's CPU time (default; time other jobs take from the machine is not counted), 'wall': elapsed time")
     p.add_argument('--threads', type=int, default=1, help='torch.set_num_threads (default 1: less noise; 0 = leave as is)')
+    p.add_argument('--decompose', action='store_true', help='add two stripped-down trainers that show where the BasicTrainCB overhead goes')
     return p.parse_args()
 
 
@@ -75,6 +80,23 @@ class NullTrainCB(Callback):
     def backward(self, trainer): pass
     def step(self, trainer): pass
     def zero_grad(self, trainer): pass
+
+
+class InlineStepsTrainer(Trainer):
+    "`--decompose`: the loop's events and phases, with the training steps written inline instead of in callbacks"
+    @with_cbs('batch', CancelBatchException)
+    def one_batch(self):
+        self.preds = self.model(self.batch[0]); self.loss = self.loss_func(self.preds, self.batch[1])
+        self.loss.backward(); self.opt.step(); self.opt.zero_grad()
+
+
+class BareLoopTrainer(Trainer):
+    "`--decompose`: a Trainer whose epoch is a plain loop over the batches, with no per-batch event"
+    @with_cbs('epoch', CancelEpochException)
+    def _one_epoch(self):
+        for self.batch in self.dl:
+            self.preds = self.model(self.batch[0]); self.loss = self.loss_func(self.preds, self.batch[1])
+            self.loss.backward(); self.opt.step(); self.opt.zero_grad()
 
 
 def make_model(seed=0):
@@ -105,7 +127,7 @@ def raw_slice_epoch(model, x, y, bs, loss_func):
         opt.step()
 
 
-def variants(x, y, bs):
+def variants(x, y, bs, decompose=False):
     "name -> `prepare()`, which makes a fresh copy of the model and a new loader and returns the function that trains one epoch"
     loss_func, base = nn.CrossEntropyLoss(), make_model()
     dl = lambda: DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True)
@@ -114,14 +136,15 @@ def variants(x, y, bs):
             model, loader = copy.deepcopy(base), dl()
             return lambda: epoch(model, loader)
         return prepare
-    def trainer(cbs, fast=False):
-        t = Trainer(DataLoaders([], []), loss_func, torch.optim.SGD, model=base, callbacks=cbs)  # its dispatch table persists
+    def trainer(cbs, fast=False, cls=Trainer):
+        t = cls(DataLoaders([], []), loss_func, torch.optim.SGD, model=base, callbacks=cbs)  # its dispatch table persists
         def prepare():
             loader = TensorLoader(x, y, bs=bs, shuffle=True) if fast else dl()
             t.model, t.dls = copy.deepcopy(base), DataLoaders(loader, loader)
             return lambda: t.fit(1, lr=LR, valid=False)
         return prepare
-    return {
+    extra = {'trainer, bare loop': trainer([], cls=BareLoopTrainer), 'trainer, inline': trainer([], cls=InlineStepsTrainer)}
+    return (extra if decompose else {}) | {
         'raw DataLoader': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
         'raw again': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
         'raw slicing': raw(lambda m, d: raw_slice_epoch(m, x, y, bs, loss_func)),
@@ -182,7 +205,7 @@ def main():
     results = {}
     for bs in sizes:
         n_batches = -(-n_rows // bs)
-        times = time_interleaved(variants(x, y, bs), repeats)
+        times = time_interleaved(variants(x, y, bs, args.decompose), repeats)
         med = {k: statistics.median(v) for k, v in times.items()}
         ratio = {k: statistics.median(a / b for a, b in zip(v, times['raw DataLoader'])) for k, v in times.items()}
         for k, v in times.items():
