@@ -35,13 +35,12 @@ class with_cbs:
     skip_unwatched = True  # phases whose callbacks are added while they run (construction) set this to False
     def __init__(self, nm:str, exception:type=None):
         self.nm, self.exception = nm, exception or _NeverRaised
-        self.events = tuple(f'{o}_{nm}' for o in ('before', 'after', 'cleanup', 'around'))
-        self.before, self.after, self.cleanup, self.around = self.events
+        self.events = _phase_events(nm)
     def __call__(self, f):
         sig = inspect.signature(f)
         takes_args = len(sig.parameters) > 1
         events, skip_unwatched, cancel = self.events, self.skip_unwatched, self.exception  # locals: read faster than attributes
-        before, after, cleanup, around = events
+        before, after, cleanup, _ = events  # `around_` handlers come from the phase's plan
         def body(o, args, kwargs):  # `before_`, the method, `after_`
             if takes_args: args, kwargs = o._replace_args(before, sig.bind(o, *args, **kwargs))
             else: o.run_callbacks(before)
@@ -59,7 +58,7 @@ class with_cbs:
             table = o._table  # replaced by a new one if callbacks are added or removed during the phase
             try:
                 if around_plan:
-                    with o._contexts(around): res = body(o, args, kwargs)
+                    with o._contexts(around_plan): res = body(o, args, kwargs)
                 else: res = body(o, args, kwargs)
                 o.outcome = 'ok'
                 return res
@@ -73,6 +72,10 @@ class with_cbs:
         return _f
 
 class _NeverRaised(Exception): "Stands for 'no cancel exception' in `with_cbs`"
+
+def _phase_events(nm):
+    "The events of phase `nm`: `before_`, `after_`, `cleanup_` and `around_`"
+    return tuple(f'{o}_{nm}' for o in ('before', 'after', 'cleanup', 'around'))
 
 def _outcome(e):
     "How a phase ended, for its `cleanup_` handlers: 'cancelled', 'interrupted' or 'error'"
@@ -126,7 +129,7 @@ def _known_events(owner, cb):
     "The events `owner` fires, or `None` if it declares none (nothing to check against)"
     phases, events = _phases(type(owner)), set(getattr(owner, 'events', ()))
     if not (phases or events): return None
-    events |= {f'{o}_{p}' for p in phases for o in ('before', 'after', 'cleanup', 'around')}
+    events |= {e for p in phases for e in _phase_events(p)}
     return events | {f'around_{e[7:]}' for e in events if e.startswith('before_')} | set(getattr(cb, 'custom_events', ()))
 
 def _distance(a, b):
@@ -315,10 +318,8 @@ def _enable_all(self:CallbackMixin):
         self._changed()
 
 @patch
-def _contexts(self:CallbackMixin, event):
-    "The context managers of the `around_` handlers of `event`, entered, in one `ExitStack` (or a null context)"
-    plan = self._plan_of(event)
-    if not plan: return _no_context
+def _contexts(self:CallbackMixin, plan):
+    "The context managers of the `around_` handlers in `plan`, entered, in one `ExitStack`"
     stack = contextlib.ExitStack()
     try:
         for f, names, cb, _ in plan.handlers: stack.enter_context(contextlib.contextmanager(f)(self))
@@ -326,8 +327,6 @@ def _contexts(self:CallbackMixin, event):
         stack.close()
         raise
     return stack
-
-_no_context = contextlib.nullcontext()
 
 # %% ../nbs/00_core.ipynb #ada17b6c
 def _event_name(event):
