@@ -214,6 +214,16 @@ def test_unreadable_cache_file_is_converted_again(fake_dsd, isolated):
     data.to_tensors(fake_dsd['test'].with_transform(Shift(0.5)))  # rewritten: read, not converted
     assert sum(converted) == 60
 
+def test_unwritable_cache_warns_and_still_loads(fake_dsd, isolated, monkeypatch):
+    (isolated/'not-a-folder').write_text('a file where the cache folder should be')
+    monkeypatch.setenv('AISAAC_CACHE', str(isolated/'not-a-folder'))
+    with pytest.warns(UserWarning, match='Could not write the tensor cache'): x, y = data.to_tensors(fake_dsd['train'])  # a split on disk
+    assert x.shape == (100, 1, 28, 28)
+    src = isolated/'other'; src.mkdir()
+    write_fake_fashion(src, n_train=10, n_test=4)
+    with pytest.warns(UserWarning, match='Could not write the data cache'): dsd = load_fashion_mnist(src)
+    assert len(dsd['train']) == 10 and not list(isolated.glob('**/.tmp-*'))
+
 def test_show_batch(fake_dsd):
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
