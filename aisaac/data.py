@@ -105,25 +105,36 @@ def _cache_key(files):
     desc += [f'{fn.name}:{fn.stat().st_size}:{fn.stat().st_mtime_ns}' for fn in fns]
     return 'fashion_mnist-' + hashlib.sha256('|'.join(desc).encode()).hexdigest()[:16]
 
+def _write_cache(dest:Path, write, what:str):
+    "Make `dest` atomically: `write(path)` fills a temporary path beside it, moved to `dest` in one step; `False`, with a warning, if that fails"
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix='.tmp-'))
+        try:
+            write(tmp/'data')
+            try: os.replace(tmp/'data', dest)  # readers see no `dest`, or the old one, or the whole new one
+            except OSError:
+                if not dest.exists(): raise  # else another process wrote it first
+        finally: shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except OSError as e:
+        warnings.warn(f"Could not write the {what} cache in {dest.parent} ({e}); set AISAAC_CACHE to a writable folder")
+        return False
+
+def _save_quietly(dsd, path):
+    "`dsd.save_to_disk(path)` without its progress bars"
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bar()
+    try: dsd.save_to_disk(str(path))
+    finally:
+        if bars: datasets.enable_progress_bar()
+
 def _load_idx_cached(files):
     dest = cache_dir()/_cache_key(files)
     if dest.exists(): return datasets.load_from_disk(str(dest))
     dsd = idx_dataset_dict(files)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix='.tmp-'))
-        bars = datasets.is_progress_bar_enabled()
-        datasets.disable_progress_bar()
-        try: dsd.save_to_disk(str(tmp/'data'))
-        finally:
-            if bars: datasets.enable_progress_bar()
-        try: (tmp/'data').rename(dest)
-        except OSError: pass  # another process wrote it first
-        shutil.rmtree(tmp, ignore_errors=True)
-        return datasets.load_from_disk(str(dest))  # memory-mapped, like later calls
-    except OSError as e:
-        warnings.warn(f"Could not write the data cache in {dest.parent} ({e}); set AISAAC_CACHE to a writable folder")
-        return dsd
+    if not _write_cache(dest, lambda path: _save_quietly(dsd, path), 'data'): return dsd
+    return datasets.load_from_disk(str(dest))  # memory-mapped, like later calls
 
 # %% ../nbs/03_data.ipynb #7d3bbac6
 def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX files (gzipped or not)
@@ -242,18 +253,6 @@ def _load_tensors(fn):
     except Exception as e:
         warnings.warn(f"Ignoring the unreadable tensor cache {fn} ({type(e).__name__}: {e}); converting again")
 
-def _save_tensors(res, fn):
-    try:
-        fn.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=fn.parent, prefix='.tmp-')
-        try:
-            with os.fdopen(fd, 'wb') as f: torch.save(list(res), f)
-            os.replace(tmp, fn)  # atomic: readers see the old file or the whole new one
-        finally:
-            if os.path.exists(tmp): os.remove(tmp)
-    except OSError as e:
-        warnings.warn(f"Could not write the tensor cache in {fn.parent} ({e}); set AISAAC_CACHE to a writable folder")
-
 def to_tensors(ds:Dataset, # a split, with or without a transform
                chunk:int=10_000, # rows read (and transformed) at a time
                cache:bool=True): # also keep the tensors on disk, for the next run (splits stored on disk only)
@@ -265,7 +264,7 @@ def to_tensors(ds:Dataset, # a split, with or without a transform
     res = _load_tensors(fn) if fn is not None and fn.exists() else None
     if res is None:
         res = _convert(ds, chunk)
-        if fn is not None: _save_tensors(res, fn)
+        if fn is not None: _write_cache(fn, lambda path: torch.save(list(res), path), 'tensor')
     _converted[key] = res
     while len(_converted) > 4: _converted.popitem(last=False)
     return res
