@@ -1,6 +1,15 @@
 "Helpers shared by the benchmark scripts (not a benchmark itself)"
 import os, platform
 import torch
+from aisaac.data import pil_to_tensor
+from aisaac.utils import inplace
+
+XMEAN, XSTD = 0.28, 0.35  # Fashion-MNIST pixel mean and standard deviation, as in the tutorial
+
+@inplace
+def tfm(b):
+    "The tutorial's `with_transform`: images as normalised tensors"
+    b['image'] = [(pil_to_tensor(o) - XMEAN) / XSTD for o in b['image']]
 
 def machine(threads=None):
     "CPU model, core count, Python and torch versions, and torch's thread count (`threads`, else the current one)"

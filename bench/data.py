@@ -22,12 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's a
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from _common import machine
+from _common import machine, tfm
 import aisaac.data as data
-from aisaac.data import TensorLoader, collate_dict, load_fashion_mnist, pil_to_tensor, to_tensors
-from aisaac.utils import inplace
+from aisaac.data import TensorLoader, collate_dict, load_fashion_mnist, to_tensors
 
-XMEAN, XSTD, BS = 0.28, 0.35, 64
+BS = 64
 DEFAULT_THREADS = torch.get_num_threads()
 
 
@@ -40,12 +39,6 @@ def parse_args():
                         'switching thread counts within a process made later multi-threaded TensorLoader passes ~100x slower' % torch.get_num_threads())
     p.add_argument('--pil-batches', type=int, default=None, help='batches timed on the PIL path (default 200, quick 40)')
     return p.parse_args()
-
-
-
-
-@inplace
-def tfm(b): b['image'] = [(pil_to_tensor(o) - XMEAN) / XSTD for o in b['image']]
 
 
 def time_pass(make_loader, max_batches=None):

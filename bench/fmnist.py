@@ -27,15 +27,15 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 
-from _common import machine
+from _common import machine, tfm
 from aisaac.core import Callback, Trainer
 from aisaac.groups import CoreCBs
 import aisaac.data as data
-from aisaac.data import DataLoaders, load_fashion_mnist, pil_to_tensor, sample_dataset_dict, to_tensors
+from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict, to_tensors
 from aisaac.models import get_model_conv
-from aisaac.utils import inplace, set_seed
+from aisaac.utils import set_seed
 
-XMEAN, XSTD, BS, LR, SEED = 0.28, 0.35, 64, 1e-3, 42
+BS, LR, SEED = 64, 1e-3, 42
 
 
 def parse_args():
@@ -44,12 +44,6 @@ def parse_args():
     p.add_argument('--quick', action='store_true', help='1 epoch on a 6000/1000-image sample')
     p.add_argument('--threads', type=int, default=1, help='torch.set_num_threads (default 1: steadier on a shared machine; 0 = torch\'s default)')
     return p.parse_args()
-
-
-
-
-@inplace
-def tfm(b): b['image'] = [(pil_to_tensor(o) - XMEAN) / XSTD for o in b['image']]
 
 
 class RawLoop:

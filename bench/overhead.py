@@ -82,21 +82,23 @@ class NullTrainCB(Callback):
     def zero_grad(self, trainer): pass
 
 
+def inline_steps(t):
+    "BasicTrainCB's five steps on trainer `t`, written out"
+    t.preds = t.model(t.batch[0]); t.loss = t.loss_func(t.preds, t.batch[1])
+    t.loss.backward(); t.opt.step(); t.opt.zero_grad()
+
+
 class InlineStepsTrainer(Trainer):
     "`--decompose`: the loop's events and phases, with the training steps written inline instead of in callbacks"
     @with_cbs('batch', CancelBatchException)
-    def one_batch(self):
-        self.preds = self.model(self.batch[0]); self.loss = self.loss_func(self.preds, self.batch[1])
-        self.loss.backward(); self.opt.step(); self.opt.zero_grad()
+    def one_batch(self): inline_steps(self)
 
 
 class BareLoopTrainer(Trainer):
     "`--decompose`: a Trainer whose epoch is a plain loop over the batches, with no per-batch event"
     @with_cbs('epoch', CancelEpochException)
     def _one_epoch(self):
-        for self.batch in self.dl:
-            self.preds = self.model(self.batch[0]); self.loss = self.loss_func(self.preds, self.batch[1])
-            self.loss.backward(); self.opt.step(); self.opt.zero_grad()
+        for self.batch in self.dl: inline_steps(self)
 
 
 def make_model(seed=0):
