@@ -9,20 +9,10 @@ from aisaac.core import (Callback, CancelBatchException, CancelEpochException, C
                          Trainer, view_source_code)
 from aisaac.train import BasicTrainCB, MomentumTrainCB, DeviceCB, OneBatchCB
 from aisaac.metrics import MetricsCB
+from tiny import make_dls, make_trainer
 
 
 # ---------------------------------------------------------------- helpers
-
-def make_dls(n_train=(3, 3), n_valid=(2,), n_in=2, n_out=1, seed=0):
-    "Tiny synthetic loaders: lists of (x, y) batches of the given sizes"
-    g = torch.Generator().manual_seed(seed)
-    mk = lambda sizes: [(torch.randn(n, n_in, generator=g), torch.randn(n, n_out, generator=g)) for n in sizes]
-    return types.SimpleNamespace(train=mk(n_train), valid=mk(n_valid))
-
-def make_trainer(callbacks=None, dls=None, opt_func=torch.optim.SGD, model=None, **kw):
-    torch.manual_seed(0)
-    return Trainer(dls or make_dls(**kw), nn.MSELoss(), opt_func, model=model or nn.Linear(2, 1),
-                   callbacks=[BasicTrainCB()] + list(callbacks or []))
 
 EVENTS = ('before_fit', 'before_epoch', 'before_batch', 'predict', 'get_loss', 'before_backward', 'backward',
           'step', 'zero_grad', 'after_batch', 'cleanup_batch', 'after_epoch', 'cleanup_epoch', 'after_fit', 'cleanup_fit')

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np, pytest, torch
 from datasets import Dataset, DatasetDict, ClassLabel, Image
 import aisaac.data as data
-from aisaac.data import (DataNotFoundError, DataLoaders, TensorLoader, fashion_classes, find_idx, idx_dataset_dict,
+from aisaac.data import (DataNotFoundError, DataLoaders, TensorLoader, fashion_classes, find_idx,
                          load_fashion_mnist, pil_to_tensor, read_idx, sample_dataset_dict)
 from aisaac.utils import inplace, set_seed
 

@@ -1,27 +1,16 @@
 """Tests of the event system: the exact event sequence of a fit, cancelling backward and step,
 `on_exception`, custom events and the `run_event` catch-all, argument and result replacement,
 class-declared and global callbacks, `step_scheduler` and the `checkpoint` events."""
-import types
 import pytest
 import torch
 from torch import nn
 
 from aisaac.core import (Callback, CallbackMixin, CancelBackwardException, CancelBatchException, CancelFitException,
                          CancelStepException, Trainer, register_global_callback, with_cbs)
-from aisaac.train import BasicTrainCB
+from tiny import make_trainer
 
 
 # ---------------------------------------------------------------- helpers
-
-def make_dls(n_train=(3, 3), n_valid=(2,), seed=0):
-    "Tiny synthetic loaders: lists of (x, y) batches of the given sizes"
-    g = torch.Generator().manual_seed(seed)
-    mk = lambda sizes: [(torch.randn(n, 2, generator=g), torch.randn(n, 1, generator=g)) for n in sizes]
-    return types.SimpleNamespace(train=mk(n_train), valid=mk(n_valid))
-
-def make_trainer(callbacks=(), dls=None, cls=Trainer, **kw):
-    torch.manual_seed(0)
-    return cls(dls or make_dls(**kw), nn.MSELoss(), model=nn.Linear(2, 1), callbacks=[BasicTrainCB(), *callbacks])
 
 class CatchAll(Callback):
     "Records every event it sees, with `at` for `checkpoint`"

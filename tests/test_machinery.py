@@ -1,26 +1,19 @@
 """Tests of the callback machinery: hook-name checking, error notes, `outcome` in cleanup, `around_` contexts,
 `on_error` policies, groups and callback state, and `trace`."""
-import types, warnings
+import functools, warnings
+import tiny
 import pytest
 import torch
-from torch import nn
 
 from aisaac.core import Callback, CancelBatchException, CancelFitException, Trainer, with_cbs
-from aisaac.train import BasicTrainCB, OneBatchCB
+from aisaac.train import OneBatchCB
 from aisaac.metrics import MetricsCB
 
 
 # ---------------------------------------------------------------- helpers
 
-def make_dls(n_train=(3, 3, 2), n_valid=(2,), seed=0):
-    "Tiny synthetic loaders: lists of (x, y) batches of the given sizes"
-    g = torch.Generator().manual_seed(seed)
-    mk = lambda sizes: [(torch.randn(n, 2, generator=g), torch.randn(n, 1, generator=g)) for n in sizes]
-    return types.SimpleNamespace(train=mk(n_train), valid=mk(n_valid))
-
-def make_trainer(callbacks=(), cls=Trainer):
-    torch.manual_seed(0)
-    return cls(make_dls(), nn.MSELoss(), model=nn.Linear(2, 1), callbacks=[BasicTrainCB(), *callbacks])
+make_dls = functools.partial(tiny.make_dls, n_train=(3, 3, 2))  # three training batches here
+make_trainer = functools.partial(tiny.make_trainer, n_train=(3, 3, 2))
 
 def autocast_cpu_enabled():
     try: return torch.is_autocast_enabled('cpu')

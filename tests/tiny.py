@@ -1,0 +1,19 @@
+"Helpers shared by the tests (not a test module): tiny synthetic loaders and a trainer on them."
+import types
+import torch
+from torch import nn
+
+from aisaac.core import Trainer
+from aisaac.train import BasicTrainCB
+
+def make_dls(n_train=(3, 3), n_valid=(2,), n_in=2, n_out=1, seed=0):
+    "Tiny synthetic loaders: lists of (x, y) batches of the given sizes"
+    g = torch.Generator().manual_seed(seed)
+    mk = lambda sizes: [(torch.randn(n, n_in, generator=g), torch.randn(n, n_out, generator=g)) for n in sizes]
+    return types.SimpleNamespace(train=mk(n_train), valid=mk(n_valid))
+
+def make_trainer(callbacks=(), dls=None, cls=Trainer, opt_func=torch.optim.SGD, model=None, **kw):
+    "A `cls` with `BasicTrainCB` and `callbacks`, training `model` (default `nn.Linear(2, 1)`) on `dls` (default `make_dls(**kw)`), seeded"
+    torch.manual_seed(0)
+    return cls(dls or make_dls(**kw), nn.MSELoss(), opt_func, model=model or nn.Linear(2, 1),
+               callbacks=[BasicTrainCB(), *(callbacks or ())])
