@@ -14,14 +14,31 @@ import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .models import *
-from .core import *
+from .callback import *
+from .dispatch import *
+from .registry import *
+from .trainer import *
 from .data import *
-from .train import *
-from .metrics import *
-from .progress import *
-from .introspect import *
+from .callbacks.train import *
+from .callbacks.metrics import *
+from .callbacks.progress import *
+from .callbacks.introspect import *
 from .groups import *
-from . import utils, models, core, data, train, metrics, progress, introspect, groups
+from . import utils, models, callback, dispatch, registry, trainer, data, groups
+from .callbacks import train, metrics, progress, introspect
 
-__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [
-    name for module in (utils, models, core, data, train, metrics, progress, introspect, groups) for name in module.__all__]
+_modules = (
+    utils,
+    models,
+    callback,
+    dispatch,
+    registry,
+    trainer,
+    data,
+    train,
+    metrics,
+    progress,
+    introspect,
+    groups,
+)
+__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 
 from _common import machine, tfm
-from aisaac.core import Callback, Trainer
+from aisaac.callback import Callback
+from aisaac.trainer import Trainer
 from aisaac.groups import CoreCBs
 import aisaac.data as data
 from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict, to_tensors

@@ -39,8 +39,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from _common import machine
-from aisaac.core import Callback, CancelBatchException, CancelEpochException, Trainer, with_cbs
-from aisaac.train import BasicTrainCB
+from aisaac.all import Callback, CancelBatchException, CancelEpochException, Trainer, with_cbs
+from aisaac.callbacks.train import BasicTrainCB
 from aisaac.groups import CoreCBs
 from aisaac.data import DataLoaders, TensorLoader
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.core import (Callback, CancelBatchException, CancelEpochException, CancelFitException,
+from aisaac.all import (Callback, CancelBatchException, CancelEpochException, CancelFitException,
                          Trainer, view_source_code)
-from aisaac.train import BasicTrainCB, MomentumTrainCB, DeviceCB, OneBatchCB
-from aisaac.metrics import MetricsCB
+from aisaac.callbacks.train import BasicTrainCB, MomentumTrainCB, DeviceCB, OneBatchCB
+from aisaac.callbacks.metrics import MetricsCB
 from tiny import make_dls, make_trainer
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.core import (Callback, CallbackMixin, CancelBackwardException, CancelBatchException, CancelFitException,
+from aisaac.all import (Callback, CallbackMixin, CancelBackwardException, CancelBatchException, CancelFitException,
                          CancelStepException, Trainer, register_global_callback, with_cbs)
 from tiny import make_trainer
 

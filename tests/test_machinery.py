@@ -5,9 +5,9 @@ import tiny
 import pytest
 import torch
 
-from aisaac.core import Callback, CancelBatchException, CancelFitException, Trainer, with_cbs
-from aisaac.train import OneBatchCB
-from aisaac.metrics import MetricsCB
+from aisaac.all import Callback, CancelBatchException, CancelFitException, Trainer, with_cbs
+from aisaac.callbacks.train import OneBatchCB
+from aisaac.callbacks.metrics import MetricsCB
 
 
 # ---------------------------------------------------------------- helpers

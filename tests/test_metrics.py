@@ -4,9 +4,9 @@ import torch
 from torch import nn
 import torcheval.metrics as tem
 import torchmetrics
-from aisaac.core import Trainer
-from aisaac.train import BasicTrainCB
-from aisaac.metrics import MetricsCB
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
 
 
 def dls(n=300, bs=32):

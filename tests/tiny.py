@@ -3,8 +3,8 @@ import types
 import torch
 from torch import nn
 
-from aisaac.core import Trainer
-from aisaac.train import BasicTrainCB
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
 
 def make_dls(n_train=(3, 3), n_valid=(2,), n_in=2, n_out=1, seed=0):
     "Tiny synthetic loaders: lists of (x, y) batches of the given sizes"
