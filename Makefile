@@ -14,6 +14,8 @@ TORCH_INDEX ?=
 DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 N_WORKERS ?= 2
 DEMO_ARGS ?=
+# The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need.
+EXTRAS    ?= dev
 
 BIN   := $(VENV)/bin
 PY    := $(BIN)/python
@@ -30,7 +32,7 @@ setup: venv data ## create .venv, install CPU torch then aisaac[dev], check the 
 # torch pin changed. The stamp holds a hash of those (nbdev-export rewrites pyproject.toml
 # with the same content, so its modification time cannot be used).
 venv:
-	@want="$$(cat pyproject.toml | md5sum | cut -d' ' -f1) $(TORCH) $(TORCH_INDEX)"; \
+	@want="$$(cat pyproject.toml | md5sum | cut -d' ' -f1) $(TORCH) $(TORCH_INDEX) $(EXTRAS)"; \
 	if [ -x "$(PY)" ] && [ -f "$(STAMP)" ] && [ "$$(cat "$(STAMP)")" = "$$want" ]; then exit 0; fi; \
 	if [ ! -x "$(PY)" ] || ! "$(PY)" -m pip --version >/dev/null 2>&1; then \
 	  echo ">>> creating $(VENV) with $$($(PYTHON) --version)"; \
@@ -39,8 +41,8 @@ venv:
 	rm -f "$(STAMP)"; \
 	echo ">>> installing $(TORCH) (CPU build) first, so that no CUDA build is pulled in"; \
 	"$(PY)" -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"; \
-	echo ">>> installing aisaac in editable mode with the dev extra"; \
-	"$(PY)" -m pip install -q -e ".[dev]"; \
+	echo ">>> installing aisaac in editable mode with the extras $(EXTRAS)"; \
+	"$(PY)" -m pip install -q -e ".[$(EXTRAS)]"; \
 	echo "$$want" > "$(STAMP)"
 
 data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mnist)
