@@ -64,7 +64,7 @@ class Trainer(CallbackMixin):
                  callbacks=None): # callbacks for every fit of this trainer
         _check_trainer_args(dls, loss_func, opt_func, model)
         self.dls, self.loss_func, self.opt_func, self.model = dls, loss_func, opt_func, model
-        self.opt, self.epoch, self.batch_num = None, 0, 0
+        self.opt, self.dl, self.epoch, self.batch_num = None, None, 0, 0
         self.add_callbacks(callbacks)
         self.run_callbacks('after_create')
 
