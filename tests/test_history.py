@@ -88,3 +88,66 @@ def test_misspelled_log_hooks_are_reported():
     class Bad(Callback):
         def log_imag(self, trainer, name, image, step): pass
     with pytest.raises(AttributeError, match="log_image"): make_trainer([Bad()])
+
+# ---------------------------------------------------------------- MetricsCB writes the history
+from types import SimpleNamespace
+from torch import nn
+import torcheval.metrics as tem
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+
+def cls_dls(n=200, bs=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g); y = (x[:, 0] - x[:, 2] > 0).long()
+    batches = [(x[i:i+bs], y[i:i+bs]) for i in range(0, n, bs)]
+    return SimpleNamespace(train=batches[:4], valid=batches[4:])
+
+def cls_trainer(*cbs, **metrics_kw):
+    torch.manual_seed(0)
+    return Trainer(cls_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2),
+                   callbacks=[BasicTrainCB(), MetricsCB(**metrics_kw), *cbs])
+
+def test_metrics_cb_writes_losses_and_metrics_per_epoch_and_logs_them():
+    got = Collect()
+    t = cls_trainer(got, acc=tem.MulticlassAccuracy())
+    t.fit(3, lr=0.1)
+    m, h = t.MetricsCB, t.history
+    assert h.metric_names == ['train_loss', 'valid_loss', 'acc']
+    assert h.get_metric_values('train_loss') == [r['train'] for r in m.losses_epoch]
+    assert h.get_metric_values('valid_loss') == [r['valid'] for r in m.losses_epoch]
+    assert h.get_metric_values('acc') == [r['acc'] for r in m.metrics_epoch]
+    assert h.get_metric_values('valid_loss', per='batch') == [r['loss'] for r in m.losses_batch if not r['training']]
+    assert len(h.get_metric_values('train_loss', per='batch')) == 3 * 4
+    assert got.logs == [({'train_loss': h.get_metric_values('train_loss')[e], 'valid_loss': h.get_metric_values('valid_loss')[e],
+                          'acc': h.get_metric_values('acc')[e]}, e, 'epoch') for e in range(3)]
+
+def test_a_second_fit_and_a_new_metrics_cb_go_on_at_the_next_step():
+    t = cls_trainer()
+    t.fit(2, lr=0.1)
+    t.fit(1, lr=0.1, valid=False)                       # a row with the train loss only
+    t.remove_callbacks(t.MetricsCB)
+    t.fit(1, lr=0.1, callbacks=MetricsCB(acc=tem.MulticlassAccuracy()))  # a new MetricsCB, for this fit only
+    h = t.history
+    assert h.get_metric_steps('train_loss') == [0, 1, 2, 3]
+    assert h.get_metric_steps('valid_loss') == [0, 1, 3]
+    assert h.get_metric_steps('acc') == [3]
+    assert h.to_dataframe().index.tolist() == [0, 1, 2, 3]
+
+def test_train_metrics_are_computed_on_the_training_pass_under_their_own_name():
+    "With lr=0 the model does not change, so the training-pass accuracy is that of the fixed model on the training batches"
+    t = cls_trainer(acc=tem.MulticlassAccuracy(), train_metrics=True)
+    t.fit(2, lr=0.)
+    with torch.no_grad():
+        acc = lambda bs: torch.cat([(t.model(x).argmax(1) == y) for x, y in bs]).float().mean().item()
+        train_acc, valid_acc = acc(t.dls.train), acc(t.dls.valid)
+    h = t.history
+    assert h.metric_names == ['train_loss', 'train_acc', 'valid_loss', 'acc']
+    assert h.get_metric_values('train_acc') == pytest.approx([train_acc] * 2)
+    assert h.get_metric_values('acc') == pytest.approx([valid_acc] * 2)
+    assert train_acc != valid_acc
+    assert t.MetricsCB.metrics_epoch[-1] == pytest.approx({'train_acc': train_acc, 'acc': valid_acc})
+
+def test_metrics_cb_refuses_what_is_not_a_metric():
+    with pytest.raises(TypeError, match="update"): MetricsCB(acc='accuracy')
+    with pytest.raises(TypeError, match="another name"): MetricsCB(train_metrics=tem.MulticlassAccuracy())
