@@ -24,9 +24,10 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.loggers import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect
+from .callbacks import train, metrics, progress, introspect, loggers
 
 _modules = (
     utils,
@@ -41,6 +42,7 @@ _modules = (
     metrics,
     progress,
     introspect,
+    loggers,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
