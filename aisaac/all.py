@@ -25,9 +25,10 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.loggers import *
+from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers
+from .callbacks import train, metrics, progress, introspect, loggers, results
 
 _modules = (
     utils,
@@ -43,6 +44,7 @@ _modules = (
     progress,
     introspect,
     loggers,
+    results,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

@@ -176,3 +176,38 @@ def test_run_config_names_the_settings():
     assert cfg | {'callbacks': ''} == {'n_epochs': 1, 'lr': 0.05, 'opt_func': 'Adam', 'loss_func': 'CrossEntropyLoss',
                                        'model': 'Linear', 'n_params': 10, 'callbacks': ''}
     assert 'MetricsCB' in cfg['callbacks']
+
+# ---------------------------------------------------------------- results file
+from aisaac.callbacks.results import ResultsFileCB
+
+def test_results_file_records_the_run(tmp_path):
+    path = tmp_path/'r'/'results.jsonl'
+    t = fit(ResultsFileCB(path, config={'seed': 0, 'data': 'synthetic'}), LogBatches())
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs] == ['run_start', 'epoch', 'epoch', 'epoch', 'run_stop']
+    assert len({r['run'] for r in recs}) == 1
+    assert recs[0]['config'] == run_config(t) | {'seed': 0, 'data': 'synthetic'} and recs[0]['system']['torch'] == torch.__version__
+    assert [r['epoch'] for r in recs[1:4]] == [0, 1, 2]
+    for name in HIST: assert [r['metrics'][name] for r in recs[1:4]] == t.history.get_metric_values(name)
+    assert 'seen' not in recs[1]['metrics']  # per-batch values are not a result
+    stop = recs[-1]
+    assert (stop['status'], stop['error'], stop['epochs']) == ('ok', None, 3)
+    assert stop['result'] == {n: t.history.get_latest_metric(n) for n in HIST}
+    times = [r['time'] for r in recs]
+    assert times == sorted(times) and stop['duration_s'] >= 0
+
+def test_results_file_is_flushed_each_epoch_and_ends_a_failed_run(tmp_path):
+    path = tmp_path/'results.jsonl'
+    probe = ReadEachEpoch(lambda: [json.loads(l)['event'] for l in open(path)])
+    with pytest.raises(RuntimeError, match='boom'): fit(ResultsFileCB(path), probe, FailAt(2))
+    assert probe.seen == [['run_start', 'epoch'], ['run_start', 'epoch', 'epoch']]
+    recs = [json.loads(l) for l in open(path)]
+    assert (recs[-1]['event'], recs[-1]['status'], recs[-1]['error'], recs[-1]['epochs']) == ('run_stop', 'error', 'RuntimeError: boom', 2)
+    fit(ResultsFileCB(path), n_epochs=1)  # a second run is appended, with its own id
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs].count('run_start') == 2 and len({r['run'] for r in recs}) == 2
+
+def test_results_file_that_cannot_be_written_warns(tmp_path):
+    (tmp_path/'file').write_text('')
+    with pytest.warns(UserWarning, match="ResultsFileCB"): t = fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'))
+    assert len(t.history.get_metric_values('valid_loss')) == 3
