@@ -9,27 +9,25 @@ __all__ = ['ResultsFileCB']
 
 # %% ../../nbs/callbacks/61_results.ipynb #dc33c56f
 import datetime, json, platform, time, uuid
-from pathlib import Path
 import torch
-from .loggers import Logger, run_config, _json_value
+from .loggers import FileLogger, run_config, _json_value
 
 # %% ../../nbs/callbacks/61_results.ipynb #c79e0ea5
 def _now(): return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='milliseconds')
 
-class ResultsFileCB(Logger):
+class ResultsFileCB(FileLogger):
     "Append a JSON-lines record of each fit to `path`: `run_start` with the configuration, one `epoch` line each, `run_stop` with the result"
     def __init__(self, path, # the `.jsonl` results file; its folder is made if needed
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
-        super().__init__('epoch')
-        self.path, self.config, self.file = Path(path), dict(config or {}), None
+        super().__init__(path, per='epoch')
+        self.config = dict(config or {})
 
     def _write(self, event, **kw):
         self.file.write(json.dumps({'event': event, 'run': self.run, 'time': _now()} | _clean(kw)) + '\n')
 
     def before_fit(self, trainer):
         "Open the file and write `run_start`"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, 'a')
+        self.open('a')
         self.run, self.start, self.epochs, self.written, self.last = uuid.uuid4().hex[:12], time.monotonic(), {}, set(), {}
         device = next(iter(trainer.model.parameters()), torch.empty(0)).device
         self._write('run_start', config=run_config(trainer) | self.config,
@@ -59,14 +57,6 @@ class ResultsFileCB(Logger):
         self._write('run_stop', status=outcome, error=None if error is None else f'{type(error).__name__}: {error}',
                     duration_s=round(time.monotonic() - self.start, 3), epochs=len(self.written), result=self.last)
         self.close()
-
-    def flush(self):
-        "Flush the file"
-        if self.file is not None: self.file.flush()
-
-    def close(self):
-        "Close the file"
-        if self.file is not None: self.file.close(); self.file = None
 
 def _clean(o):
     "`o` with every value JSON can hold (non-finite numbers as `null`)"
