@@ -117,10 +117,12 @@ def test_a_logger_must_write_log(tmp_path):
     with pytest.warns(UserWarning, match="must define `log"): fit(Nothing())
 
 # ---------------------------------------------------------------- TensorBoard
+class Img(Callback):
+    "Logs an image at the end of the fit"
+    def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
+
 def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    class Img(Callback):
-        def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
     t = fit(TensorBoardLogger(tmp_path/'tb'), LogBatches(), Img())
     ea = EventAccumulator(str(tmp_path/'tb'), size_guidance={'scalars': 0, 'images': 0}); ea.Reload()
     assert sorted(ea.Tags()['scalars']) == sorted([*HIST, 'batch/seen'])
@@ -140,7 +142,8 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
     monkeypatch.setenv('MLFLOW_TRACKING_URI', f'sqlite:///{tmp_path}/mlruns.db')
     lg = MLflowLogger(experiment='test')
     assert lg.tracking_uri == f'sqlite:///{tmp_path}/mlruns.db'
-    t = fit(lg, LogBatches())
+    monkeypatch.chdir(tmp_path)  # the images go to the experiment's artifact folder, by default ./mlruns
+    t = fit(lg, LogBatches(), Img())
     c = MlflowClient(lg.tracking_uri)
     for name in HIST:
         h = c.get_metric_history(lg.run_id, name)
@@ -149,6 +152,7 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
     run = c.get_run(lg.run_id)
     assert run.info.status == 'FINISHED' and run.data.params['lr'] == '0.05' and run.data.params['n_params'] == '10'
     assert c.get_experiment(run.info.experiment_id).name == 'test'
+    assert any('grid' in f.path for f in c.list_artifacts(lg.run_id, 'images'))
     lg2 = MLflowLogger(lg.tracking_uri, experiment='test')
     with pytest.raises(RuntimeError): fit(lg2, FailAt(1))
     run2 = c.get_run(lg2.run_id)
@@ -159,7 +163,7 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
                                               (MLflowLogger, 'mlflow', 'mlflow')])
 def test_a_missing_package_names_the_extra(monkeypatch, cls, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ImportError, match=rf'pip install "aisaac\[{extra}\]"'): cls()
+    with pytest.raises(ImportError, match=rf'{cls.__name__} needs the `{extra}` package: pip install "aisaac\[{extra}\]"'): cls()
 
 def test_image_arrays():
     import matplotlib; matplotlib.use('Agg')

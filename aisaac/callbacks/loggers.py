@@ -35,7 +35,9 @@ class Logger(Callback):
         self._last[(per, name)] = step = last + 1 if step is None else int(step)
         return step
 
-    def log(self, trainer, metrics:dict, step:int, per:str):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Write `metrics` ({name: number}) logged at `step`, per epoch or per batch"
         raise NotImplementedError(f"{type(self).__name__} must define `log(self, trainer, metrics, step, per)`")
 
@@ -54,7 +56,7 @@ def _needs(module:str, extra:str, who:str):
     "Import `module`, or say which extra of aisaac brings it"
     try: return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{who} needs the `{module.split('.')[0]}` package: pip install \"aisaac[{extra}]\"") from e
+        raise ImportError(f"{who} needs the `{extra}` package: pip install \"aisaac[{extra}]\"") from e
 
 def _is_number(v): return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -68,7 +70,9 @@ class ConsoleLogger(Logger):
         super().__init__(per)
         self.file = file
 
-    def log(self, trainer, metrics, step, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Print `metrics` on one line"
         if not self.wants(per) or not metrics: return
         step = self.step_of('', step, per)
@@ -88,7 +92,9 @@ class CSVLogger(Logger):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._dirty = True; self.flush()
 
-    def log(self, trainer, metrics, step, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Add `metrics` to the row of `step`"
         if not self.wants(per): return
         step = self.step_of('', step, per)
@@ -139,7 +145,9 @@ class JSONLinesLogger(FileLogger):
         "Open the file: afresh in this logger's first fit, to append after that"
         self.open()
 
-    def log(self, trainer, metrics, step, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Write a line for `metrics`"
         if not self.wants(per) or self.file is None: return
         step = self.step_of('', step, per)
@@ -174,13 +182,17 @@ class TensorBoardLogger(Logger):
         self.writer = self._tb.SummaryWriter(self.log_dir)
         self.log_dir = self.writer.log_dir
 
-    def log(self, trainer, metrics, step, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Write each number of `metrics` as a scalar at `step`"
         if not self.wants(per) or self.writer is None: return
         for k, v in metrics.items():
             if _is_number(v): self.writer.add_scalar(_tag(k, per), v, self.step_of(k, step, per))
 
-    def log_image(self, trainer, name:str, image, step:int=None):
+    def log_image(self, trainer, name:str, # what the image shows
+                  image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
+                  step:int=None): # the epoch it belongs to, or `None`
         "Write `image` under `name` at `step`"
         if self.writer is not None: self.writer.add_image(name, _image_array(image), self.step_of(name, step, 'image'), dataformats='HWC')
 
@@ -225,14 +237,18 @@ class MLflowLogger(Logger):
             for k, v in run_config(trainer).items(): self.client.log_param(self.run_id, k, v)
         else: self.client.update_run(self.run_id, status='RUNNING')
 
-    def log(self, trainer, metrics, step, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            step:int, # the epoch or batch the values belong to, or `None`
+            per:str): # `'epoch'` or `'batch'`
         "Keep each number of `metrics` for the next flush"
         if not self.wants(per) or self.run_id is None: return
         now = int(time.time() * 1000)
         self._pending += [self._mlflow.entities.Metric(_tag(k, per), float(v), now, self.step_of(k, step, per))
                           for k, v in metrics.items() if _is_number(v)]
 
-    def log_image(self, trainer, name:str, image, step:int=None):
+    def log_image(self, trainer, name:str, # what the image shows
+                  image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
+                  step:int=None): # the epoch it belongs to, or `None`
         "Store `image` under `name` at `step`"
         if self.run_id is not None: self.client.log_image(self.run_id, _image_array(image), key=name, step=self.step_of(name, step, 'image'))
 

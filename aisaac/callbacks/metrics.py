@@ -77,7 +77,7 @@ class MetricsCB(Callback):
         "The per-epoch and per-batch records, for checkpoints"
         return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state:dict): # from `state_dict`
         "Restore the records of `state_dict`"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
 

@@ -42,7 +42,7 @@ class ProgressCB(Callback):
         trainer.dl.comment = f'{trainer.loss.item():.3f}'
         if self.plot: self._redraw()
 
-    def log_metrics(self, trainer, metrics):
+    def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Write the epoch's row in the table; put its validation loss on the graph"
         if self.header is None:
             self.header = list(metrics)
@@ -112,7 +112,7 @@ class PrintProgressCB(Callback):
         "Note when the epoch started"
         if trainer.training or not trainer.do_train: self.epoch_start, self.row = time.monotonic(), None
 
-    def log_metrics(self, trainer, metrics):
+    def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Keep the epoch's row"
         self.row = metrics
 
