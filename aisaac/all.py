@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .models import *
+from .history import *
 from .callback import *
 from .dispatch import *
 from .registry import *
@@ -23,13 +24,16 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.loggers import *
+from .callbacks.results import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect
+from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
+from .callbacks import train, metrics, progress, introspect, loggers, results
 
 _modules = (
     utils,
     models,
+    history,
     callback,
     dispatch,
     registry,
@@ -39,6 +43,8 @@ _modules = (
     metrics,
     progress,
     introspect,
+    loggers,
+    results,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
