@@ -147,7 +147,9 @@ class OneBatchCB(Callback):
     "Stop the fit after one batch, once every callback has seen that batch's `after_batch`"
     order = 100  # late, as in AIsaac; and the fit only stops in `cleanup_batch`, after every `after_batch` handler, whatever its order
     done = False
-    def before_fit(self, trainer): self.done = False
+    def before_fit(self, trainer):
+        "Start each fit with no batch seen"
+        self.done = False
     def after_batch(self, trainer):
         "Note that a batch went through"
         self.done = True
