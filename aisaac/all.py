@@ -24,9 +24,10 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.schedule import *
+from .callbacks.lr_finder import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder
 
 _modules = (
     utils,
@@ -41,6 +42,7 @@ _modules = (
     progress,
     introspect,
     schedule,
+    lr_finder,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
