@@ -25,9 +25,10 @@ from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.schedule import *
 from .callbacks.lr_finder import *
+from .callbacks.precision import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision
 
 _modules = (
     utils,
@@ -43,6 +44,7 @@ _modules = (
     introspect,
     schedule,
     lr_finder,
+    precision,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
