@@ -26,9 +26,10 @@ from .callbacks.introspect import *
 from .callbacks.schedule import *
 from .callbacks.lr_finder import *
 from .callbacks.precision import *
+from .callbacks.gradients import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients
 
 _modules = (
     utils,
@@ -45,6 +46,7 @@ _modules = (
     schedule,
     lr_finder,
     precision,
+    gradients,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
