@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .models import *
+from .history import *
 from .callback import *
 from .dispatch import *
 from .registry import *
@@ -27,13 +28,16 @@ from .callbacks.schedule import *
 from .callbacks.lr_finder import *
 from .callbacks.precision import *
 from .callbacks.gradients import *
+from .callbacks.loggers import *
+from .callbacks.results import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients
+from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, loggers, results
 
 _modules = (
     utils,
     models,
+    history,
     callback,
     dispatch,
     registry,
@@ -47,6 +51,8 @@ _modules = (
     lr_finder,
     precision,
     gradients,
+    loggers,
+    results,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
