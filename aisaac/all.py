@@ -28,11 +28,12 @@ from .callbacks.schedule import *
 from .callbacks.lr_finder import *
 from .callbacks.precision import *
 from .callbacks.gradients import *
+from .callbacks.stoppers import *
 from .callbacks.loggers import *
 from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, loggers, results
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, loggers, results
 
 _modules = (
     utils,
@@ -51,6 +52,7 @@ _modules = (
     lr_finder,
     precision,
     gradients,
+    stoppers,
     loggers,
     results,
     groups,

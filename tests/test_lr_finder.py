@@ -35,7 +35,7 @@ def snapshot(t):
         cbs=[id(cb) for cb in t.cbs], names=sorted(k for k in vars(t) if not k.startswith('_')),
         attrs={k: getattr(t, k) for k in ('epoch', 'lr', 'n_epochs', 'do_train', 'do_valid', 'batch_num')},
         records=(list(t.MetricsCB.losses_batch), list(t.MetricsCB.losses_epoch)),
-        sched=t.BatchSchedulerCB.scheduler.state_dict())
+        sched=t.BatchSchedulerCB.scheduler.state_dict(), history=t.history.state_dict())
 
 def same(a, b):
     "Bit for bit"
