@@ -29,11 +29,12 @@ from .callbacks.lr_finder import *
 from .callbacks.precision import *
 from .callbacks.gradients import *
 from .callbacks.stoppers import *
+from .callbacks.devices import *
 from .callbacks.loggers import *
 from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, loggers, results
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, loggers, results
 
 _modules = (
     utils,
@@ -53,6 +54,7 @@ _modules = (
     precision,
     gradients,
     stoppers,
+    devices,
     loggers,
     results,
     groups,
