@@ -30,11 +30,12 @@ from .callbacks.precision import *
 from .callbacks.gradients import *
 from .callbacks.stoppers import *
 from .callbacks.devices import *
+from .callbacks.compilation import *
 from .callbacks.loggers import *
 from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, loggers, results
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, loggers, results
 
 _modules = (
     utils,
@@ -55,6 +56,7 @@ _modules = (
     gradients,
     stoppers,
     devices,
+    compilation,
     loggers,
     results,
     groups,
