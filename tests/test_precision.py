@@ -113,6 +113,9 @@ def test_scaler_state_for_checkpoints():
     make_trainer([cb]).fit(1, train=False)
     assert cb.scaler.get_scale() == 1024.
     assert MixedPrecisionCB().state_dict() == {}
+    cb.load_state_dict({'scaler': state['scaler'] | {'scale': 8.}})  # between fits: for the next fit's new scaler
+    make_trainer([cb]).fit(1, train=False)
+    assert cb.scaler.get_scale() == 8.
 
 def test_miniai_mixed_precision_trains_alone():
     def run(cbs):

@@ -73,8 +73,7 @@ class LRFinderCB(Callback):
 
     def around_fit(self, trainer):
         "Save the model, the fit's optimizer and the random states; only the callbacks that work on the batch run during the sweep"
-        self._saved = (_ModelState(trainer.model), trainer.opt, trainer.opt.state_dict(), _rng_states())
-        self._saved = (*self._saved[:2], _copy_state(self._saved[2]), self._saved[3])
+        self._saved = (_ModelState(trainer.model), trainer.opt, _copy_state(trainer.opt.state_dict()), _rng_states())
         trainer._disabled.update(id(cb) for cb in trainer.cbs if cb is not self and not _runs_during_lr_find(cb))
         trainer._changed()  # (the fit enables every callback again when it ends)
         yield

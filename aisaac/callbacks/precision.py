@@ -27,7 +27,7 @@ class MixedPrecisionCB(Callback):
     def __init__(self, dtype:torch.dtype=None): # `torch.bfloat16` or `torch.float16`; default bfloat16 on CPU, float16 on CUDA
         if dtype not in (None, torch.bfloat16, torch.float16):
             raise ValueError(f"MixedPrecisionCB: dtype must be torch.bfloat16 or torch.float16 (got {dtype}); leave it out for the device's default")
-        self.dtype, self.scaler, self.skipped, self._stack, self._pending = dtype, None, 0, None, None
+        self.dtype, self.scaler, self.skipped, self._stack, self._pending, self._in_fit = dtype, None, 0, None, None, False
 
     def before_fit(self, trainer):
         "Read the model's device; make a gradient scaler for float16"
@@ -36,7 +36,11 @@ class MixedPrecisionCB(Callback):
         self.amp_dtype = self.dtype or (torch.float16 if self.device_type == 'cuda' else torch.bfloat16)
         self.scaler = torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 else None
         if self.scaler is not None and self._pending: self.scaler.load_state_dict(self._pending)
-        self._probe, self.skipped, self._pending = _StepProbe(trainer.opt), 0, None
+        self._probe, self.skipped, self._pending, self._in_fit = _StepProbe(trainer.opt), 0, None, True
+
+    def cleanup_fit(self, trainer):
+        "Note that the fit is over (a state loaded from now on is for the next fit's scaler)"
+        self._in_fit = False
 
     def around_batch(self, trainer):
         "Hold an exit stack for the batch: whatever happens in it, autocast is off when it ends"
@@ -76,9 +80,9 @@ class MixedPrecisionCB(Callback):
         return {'scaler': self.scaler.state_dict()} if self.scaler is not None else {}
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
-        "Load the gradient scaler's state: now if it exists, else into the scaler of the next fit"
+        "Load the gradient scaler's state: now during a fit, else into the scaler of the next fit"
         if not state: return
-        if self.scaler is not None: self.scaler.load_state_dict(state['scaler'])
+        if self._in_fit and self.scaler is not None: self.scaler.load_state_dict(state['scaler'])
         else: self._pending = state['scaler']
 
 # %% ../../nbs/callbacks/52_precision.ipynb #9ea8444c
