@@ -24,11 +24,18 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.schedule import *
+from .callbacks.lr_finder import *
+from .callbacks.precision import *
+from .callbacks.gradients import *
+from .callbacks.stoppers import *
+from .callbacks.devices import *
+from .callbacks.compilation import *
 from .callbacks.loggers import *
 from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers, results
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, loggers, results
 
 _modules = (
     utils,
@@ -43,6 +50,13 @@ _modules = (
     metrics,
     progress,
     introspect,
+    schedule,
+    lr_finder,
+    precision,
+    gradients,
+    stoppers,
+    devices,
+    compilation,
     loggers,
     results,
     groups,
