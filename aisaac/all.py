@@ -23,9 +23,10 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.init import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect
+from .callbacks import train, metrics, progress, introspect, init
 
 _modules = (
     utils,
@@ -39,6 +40,7 @@ _modules = (
     metrics,
     progress,
     introspect,
+    init,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
