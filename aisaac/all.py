@@ -24,9 +24,10 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.init import *
+from .callbacks.augment import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, init
+from .callbacks import train, metrics, progress, introspect, init, augment
 
 _modules = (
     utils,
@@ -41,6 +42,7 @@ _modules = (
     progress,
     introspect,
     init,
+    augment,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
