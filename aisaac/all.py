@@ -25,9 +25,10 @@ from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.init import *
 from .callbacks.augment import *
+from .callbacks.preds import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, init, augment
+from .callbacks import train, metrics, progress, introspect, init, augment, preds
 
 _modules = (
     utils,
@@ -43,6 +44,7 @@ _modules = (
     introspect,
     init,
     augment,
+    preds,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
