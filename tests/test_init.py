@@ -55,6 +55,16 @@ def test_lsuv_after_an_activation():
         for layer in model[:4]: lsuv_init(model, layer[0], xb, measurement_module=layer[1])
     for mean, std in outputs(model, [l[1] for l in model[:4]], xb): assert abs(mean) < 1e-3 and abs(std - 1) < 1e-3
 
+def test_lsuv_miniai_argument_order():
+    "miniai's `lsuv_init(model, m, m_in, xb)`: measured module first, then the one to change, then the batch"
+    torch.manual_seed(0)
+    model, xb = get_model_conv(act_gr), batch()
+    twin = copy.deepcopy(model)
+    for layer, other in zip(model[:4], twin[:4]):
+        ours = lsuv_init(model, layer[0], xb, measurement_module=layer[1])
+        assert lsuv_init(twin, other[1], other[0], xb) == ours
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+
 def test_lsuv_changes_only_the_layer():
     torch.manual_seed(0)
     model, xb = get_model_resnet(act_gr, nfs=(4, 8, 8, 8, 8, 8)), batch(32)

@@ -4,7 +4,7 @@ import pytest, torch
 import torch.nn.functional as F
 from torch import nn
 
-from aisaac.models import conv, get_model_conv, GeneralRelu, act_gr, ResBlock, get_model_resnet
+from aisaac.models import conv, get_model_conv, get_model, GeneralRelu, act_gr, ResBlock, get_model_resnet
 
 def n_params(m): return sum(p.numel() for p in m.parameters())
 
@@ -52,6 +52,7 @@ def test_get_model_conv_aisaac_argument_order():
     assert [l[0].bias is None for l in m[:5]] == [True]*4 + [False]
     assert m(torch.randn(2, 1, 28, 28)).shape == (2, 10)
     assert get_model_conv(n_out=3)(torch.randn(2, 1, 28, 28)).shape == (2, 3)
+    assert get_model is get_model_conv  # miniai's name
 
 def test_general_relu_values():
     x = torch.tensor([-10., -1., 0., 0.5, 5.])

@@ -34,6 +34,7 @@ def lsuv_init(model:nn.Module, # the whole model, run on `xb`
               max_loops:int=100, # the most passes to make
               tol:float=1e-3): # how close to the targets is close enough
     "Rescale `module`'s weight and shift its bias until `measurement_module`'s output on `xb` has mean `targ_mean` and std `target_std`"
+    if isinstance(xb, nn.Module): module, measurement_module, xb = xb, module, measurement_module  # miniai's `lsuv_init(model, m, m_in, xb)`
     weight, bias = getattr(module, 'weight', None), getattr(module, 'bias', None)
     if not isinstance(weight, torch.Tensor): return None  # nothing to rescale (containers, activations)
     measured, name, stats = measurement_module or module, _name_in(model, module), {}
