@@ -23,12 +23,14 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.schedule import *
+from .callbacks.lr_finder import *
 from .callbacks.init import *
 from .callbacks.augment import *
 from .callbacks.preds import *
 from .groups import *
 from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, init, augment, preds
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, init, augment, preds
 
 _modules = (
     utils,
@@ -42,6 +44,8 @@ _modules = (
     metrics,
     progress,
     introspect,
+    schedule,
+    lr_finder,
     init,
     augment,
     preds,
