@@ -118,6 +118,8 @@ def test_rand_erase_fraction_and_values():
     out = RandErase()(x)
     assert out.min() >= x.min() and out.max() <= x.max()
     assert torch.equal(rand_erase(x, 0.2, 0), x) and torch.equal(rand_erase(x, 0., 4), x)
+    with pytest.raises(ValueError, match='between 0 and 1; got 1.5'): rand_erase(x, 1.5)
+    with pytest.raises(ValueError, match='between 0 and 1; got -0.1'): RandCopy(-0.1)(x)
 
 def test_rand_copy_only_moves_pixels_within_an_image():
     set_seed(0)

@@ -93,6 +93,12 @@ def test_lsuv_errors_and_skips():
     assert lsuv_init(model, model[0][1], xb) is None  # nor has an activation
     with pytest.raises(ValueError, match='did not run in `model'): lsuv_init(model, nn.Conv2d(1, 8, 3), xb)
     with pytest.raises(ValueError, match='std nan on this batch'): lsuv_init(model, model[0][0], xb[:1] * float('nan'))
+    with pytest.raises(TypeError, match='`module` must be a layer of the model'): lsuv_init(model, '0.0', xb)
+
+def test_lsuv_cb_no_layers_is_an_error():
+    t = Trainer(conv_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Sequential(nn.Flatten(), nn.Linear(784, 10)),
+                callbacks=[BasicTrainCB(), LSUVInitCB(modules=lambda m: [])])
+    with pytest.raises(ValueError, match='found no layer to initialise'): t.fit(1)
 
 class Snapshot(Callback):
     "Keeps the model's state and the LSUV-ed outputs right after `LSUVInitCB`, before the first forward pass"

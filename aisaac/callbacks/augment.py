@@ -59,6 +59,9 @@ def _randint(n, high, device):
     "`n` random integers in [0, `high`), from PyTorch's generator"
     return (torch.rand(n, device=device) * high).long().clamp_max(high - 1)
 
+def _check_pct(pct):
+    if not 0 <= pct <= 1: raise ValueError(f"`pct` is the height and width of a box as a fraction of the image's, between 0 and 1; got {pct}")
+
 def _boxes(n, h, w, bh, bw, device):
     "A mask N x 1 x H x W with a box of `bh` x `bw` pixels at a random place in each image"
     y0, x0 = _randint(n, h - bh + 1, device), _randint(n, w - bw + 1, device)
@@ -130,6 +133,7 @@ def rand_erase(x:torch.Tensor, # images, N x C x H x W
                pct:float=0.2, # height and width of a box, as a fraction of the image's
                max_num:int=4): # the most boxes in an image (each image draws 0 to `max_num`)
     "Replace up to `max_num` random boxes of each image of `x` by noise with the batch's statistics"
+    _check_pct(pct)
     n, _, h, w = x.shape
     num = _randint(n, max_num + 1, x.device)
     mask = torch.zeros(n, 1, h, w, dtype=torch.bool, device=x.device)
@@ -152,6 +156,7 @@ def rand_copy(x:torch.Tensor, # images, N x C x H x W
               pct:float=0.2, # height and width of a box, as a fraction of the image's
               max_num:int=4): # the most copies in an image (each image draws 0 to `max_num`)
     "Copy up to `max_num` random boxes of each image of `x` to other random places of the same image"
+    _check_pct(pct)
     n, _, h, w = x.shape
     bh, bw = int(pct * h), int(pct * w)
     rows, cols = torch.arange(h, device=x.device), torch.arange(w, device=x.device)

@@ -35,6 +35,7 @@ def lsuv_init(model:nn.Module, # the whole model, run on `xb`
               tol:float=1e-3): # how close to the targets is close enough
     "Rescale `module`'s weight and shift its bias until `measurement_module`'s output on `xb` has mean `targ_mean` and std `target_std`"
     if isinstance(xb, nn.Module): module, measurement_module, xb = xb, module, measurement_module  # miniai's `lsuv_init(model, m, m_in, xb)`
+    if not isinstance(module, nn.Module): raise TypeError(f"lsuv_init: `module` must be a layer of the model (an `nn.Module`), got {module!r}")
     weight, bias = getattr(module, 'weight', None), getattr(module, 'bias', None)
     if not isinstance(weight, torch.Tensor): return None  # nothing to rescale (containers, activations)
     measured, name, stats = measurement_module or module, _name_in(model, module), {}
@@ -77,6 +78,7 @@ class LSUVInitCB(Callback):
         model, xb = trainer.model, trainer.batch[0]
         layers = self.modules(model) if callable(self.modules) else self.modules
         if layers is None: layers = [m for m in model.modules() if isinstance(m, _layers)]
+        if not layers: raise ValueError("LSUVInitCB found no layer to initialise: the model has no convolution or linear layer; name them with `modules=`")
         for layer in layers:
             module, measured = layer if isinstance(layer, (tuple, list)) else (layer, None)
             self.stats[_name_in(model, module)] = lsuv_init(model, module, xb, measured, **self.kwargs)
