@@ -141,6 +141,11 @@ def test_augmentations_seeded_single_image_and_dtype(aug):
     assert aug(x[0]).shape == (1, 28, 28)
     assert aug(x.bfloat16()).dtype == torch.bfloat16
 
+def test_augmentations_show_their_settings():
+    assert repr(nn.Sequential(RandomCrop(28, padding=4), RandomHorizontalFlip(0.3), RandErase(), RandCopy(0.1, 2))).split('\n')[1:5] == [
+        "  (0): RandomCrop(size=28, padding=4, mode='constant')", '  (1): RandomHorizontalFlip(p=0.3)',
+        '  (2): RandErase(pct=0.2, max_num=4)', '  (3): RandCopy(pct=0.1, max_num=2)']
+
 def test_unnormalize():
     x = torch.rand(2, 3, 4, 4)
     m, s = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.5, 1., 2.])

@@ -97,6 +97,9 @@ class RandomHorizontalFlip(nn.Module):
     "Mirror each image with probability `p`"
     def __init__(self, p:float=0.5): # probability that an image is mirrored
         super().__init__(); self.p = p
+    def extra_repr(self):
+        "The setting, for the module's `repr`"
+        return f'p={self.p}'
     def forward(self, x): # images, N x C x H x W
         "Flip a random part of `x`"
         return random_hflip(x, self.p)
@@ -123,6 +126,9 @@ class RandomCrop(nn.Module):
                  padding:int=0, # pixels added on each side before cropping
                  mode:str='constant'): # how to pad: 'constant' (zeros), 'reflect' or 'replicate'
         super().__init__(); self.size, self.padding, self.mode = size, padding, mode
+    def extra_repr(self):
+        "The settings, for the module's `repr`"
+        return f'size={self.size}, padding={self.padding}, mode={self.mode!r}'
     def forward(self, x): # images, N x C x H x W
         "Crop each image of `x`"
         return random_crop(x, self.size, self.padding, self.mode)
@@ -141,11 +147,17 @@ def rand_erase(x:torch.Tensor, # images, N x C x H x W
     noise = (torch.randn_like(x) * x.std() + x.mean()).clamp(x.min(), x.max())
     return torch.where(mask, noise, x)
 
-class RandErase(nn.Module):
-    "Replace up to `max_num` random boxes of each image by noise with the batch's statistics"
+class _BoxAugment(nn.Module):
+    "The settings of `RandErase` and `RandCopy`"
     def __init__(self, pct:float=0.2, # height and width of a box, as a fraction of the image's
-                 max_num:int=4): # the most boxes in an image
+                 max_num:int=4): # the most boxes in an image (each image draws 0 to `max_num`)
         super().__init__(); self.pct, self.max_num = pct, max_num
+    def extra_repr(self):
+        "The settings, for the module's `repr`"
+        return f'pct={self.pct}, max_num={self.max_num}'
+
+class RandErase(_BoxAugment):
+    "Replace up to `max_num` random boxes of each image by noise with the batch's statistics"
     def forward(self, x): # images, N x C x H x W
         "Erase boxes of `x`"
         return rand_erase(x, self.pct, self.max_num)
@@ -168,11 +180,8 @@ def rand_copy(x:torch.Tensor, # images, N x C x H x W
         x = torch.where((dest & (num > i)[:, None, None])[:, None], shifted, x)
     return x
 
-class RandCopy(nn.Module):
+class RandCopy(_BoxAugment):
     "Copy up to `max_num` random boxes of each image to other random places of the same image"
-    def __init__(self, pct:float=0.2, # height and width of a box, as a fraction of the image's
-                 max_num:int=4): # the most copies in an image
-        super().__init__(); self.pct, self.max_num = pct, max_num
     def forward(self, x): # images, N x C x H x W
         "Copy boxes within each image of `x`"
         return rand_copy(x, self.pct, self.max_num)
