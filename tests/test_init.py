@@ -131,6 +131,34 @@ def test_lsuv_cb_first_training_batch_only_once():
     t.fit(1, lr=0., callbacks=cb2)
     assert cb2.stats == {}
 
+def test_lsuv_cb_initialises_again_when_its_work_was_undone():
+    "Weights put back as they were before the initialisation (an LR-finder sweep does that) mean: initialise again"
+    torch.manual_seed(0)
+    model = get_model_conv()
+    cb, snap = LSUVInitCB(), Snapshot()
+    t = Trainer(conv_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB(), cb, snap])
+    initial = copy.deepcopy(model.state_dict())
+    t.fit(1, lr=0.1)
+    model.load_state_dict(initial)  # undo everything
+    t.fit(1, lr=0.1)
+    assert torch.equal(snap.states[3]['0.0.weight'], snap.states[0]['0.0.weight'])  # the same initialisation, again
+    t.fit(1, lr=0.1)  # trained weights: no third initialisation
+    assert not torch.equal(snap.states[6]['0.0.weight'], snap.states[0]['0.0.weight'])
+
+def test_lsuv_cb_with_lr_find():
+    from aisaac.callbacks.lr_finder import LRFinderCB  # the LR finder (issue 11, part A)
+    torch.manual_seed(0)
+    cb, snap = LSUVInitCB(), Snapshot()
+    t = Trainer(conv_dls(n=6), nn.CrossEntropyLoss(), torch.optim.SGD, get_model_conv(), callbacks=[BasicTrainCB(), cb, snap])
+    before = copy.deepcopy(t.model.state_dict())
+    t.lr_find(plot=False, max_epochs=1)
+    assert cb.done and all(torch.equal(v, t.model.state_dict()[k]) for k, v in before.items())  # the sweep ran it, then undid it
+    n = len(snap.states)
+    t.fit(1, lr=0.)
+    convs = [m for m in t.model.modules() if isinstance(m, nn.Conv2d)]
+    for mean, std in outputs(t.model, convs, t.dls.train[0][0]): assert abs(std - 1) < 1e-3  # initialised on the real fit's first batch
+    assert not torch.equal(snap.states[n]['0.0.weight'], before['0.0.weight'])
+
 def test_lsuv_cb_never_on_validation():
     cb = LSUVInitCB()
     t = Trainer(conv_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, get_model_conv(), callbacks=[BasicTrainCB(), cb])

@@ -70,7 +70,14 @@ class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
     def __init__(self, modules=None, # layers in order: modules, `(module, measurement_module)` pairs, or a function of the model giving them; default every conv and linear layer
                  **kwargs): # passed to `lsuv_init`: `targ_mean`, `target_std`, `max_loops`, `tol`
-        self.modules, self.kwargs, self.done, self.stats = modules, kwargs, False, {}
+        self.modules, self.kwargs, self.done, self.stats, self._before = modules, kwargs, False, {}, None
+
+    def before_fit(self, trainer):
+        "Initialise again if the weights were put back as they were before the initialisation (as an LR-finder sweep does)"
+        if self._before is None: return
+        p, before = self._before
+        self._before = None
+        if torch.equal(p.detach(), before): self.done = False
 
     def before_predict(self, trainer):
         "On the first training batch: initialise the layers on its inputs"
@@ -79,9 +86,10 @@ class LSUVInitCB(Callback):
         layers = self.modules(model) if callable(self.modules) else self.modules
         if layers is None: layers = [m for m in model.modules() if isinstance(m, _layers)]
         if not layers: raise ValueError("LSUVInitCB found no layer to initialise: the model has no convolution or linear layer; name them with `modules=`")
-        for layer in layers:
-            module, measured = layer if isinstance(layer, (tuple, list)) else (layer, None)
-            self.stats[_name_in(model, module)] = lsuv_init(model, module, xb, measured, **self.kwargs)
+        layers = [l if isinstance(l, (tuple, list)) else (l, None) for l in layers]
+        first = getattr(layers[0][0], 'weight', None)
+        if isinstance(first, torch.Tensor): self._before = first, first.detach().clone()
+        for module, measured in layers: self.stats[_name_in(model, module)] = lsuv_init(model, module, xb, measured, **self.kwargs)
         self.done = True
 
     def state_dict(self):
