@@ -31,13 +31,17 @@ from .callbacks.gradients import *
 from .callbacks.stoppers import *
 from .callbacks.devices import *
 from .callbacks.compilation import *
+from .callbacks.init import *
+from .callbacks.augment import *
+from .callbacks.preds import *
 from .callbacks.loggers import *
 from .callbacks.results import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, loggers, results
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
+    stoppers, devices, compilation, init, augment, preds, loggers, results
 
-_modules = (
+_modules = (  # in the order of the layers: each module imports only modules above it in this list
     utils,
     models,
     history,
@@ -57,6 +61,9 @@ _modules = (
     stoppers,
     devices,
     compilation,
+    init,
+    augment,
+    preds,
     loggers,
     results,
     groups,
