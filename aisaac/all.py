@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
+from .plot import *
 from .models import *
 from .callback import *
 from .dispatch import *
@@ -23,12 +24,14 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.hooks import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect
+from . import utils, plot, models, callback, dispatch, registry, trainer, data, groups
+from .callbacks import train, metrics, progress, introspect, hooks
 
 _modules = (
     utils,
+    plot,
     models,
     callback,
     dispatch,
@@ -39,6 +42,7 @@ _modules = (
     metrics,
     progress,
     introspect,
+    hooks,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
