@@ -15,8 +15,8 @@ Variants
   raw again           a second, identical raw DataLoader loop: its ratio shows this run's noise floor
   raw slicing         the same loop over slices of the tensors, shuffled once per epoch
   BasicTrainCB        Trainer with only BasicTrainCB, same torch DataLoader
-  CoreCBs             Trainer with CoreCBs(progress=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
-  CoreCBs fast        CoreCBs(progress=False) over aisaac's TensorLoader(shuffle=True)
+  CoreCBs             Trainer with CoreCBs(progress=False, activation_stats=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
+  CoreCBs fast        CoreCBs(progress=False, activation_stats=False) over aisaac's TensorLoader(shuffle=True)
   Basic + 20 no-op    BasicTrainCB and 20 callbacks whose before_batch and after_batch do nothing, same DataLoader
   Basic + 20 quiet    BasicTrainCB and 20 callbacks with no per-batch hook (the same per-batch code as BasicTrainCB)
   --decompose adds:
@@ -151,8 +151,8 @@ def variants(x, y, bs, decompose=False):
         'raw again': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
         'raw slicing': raw(lambda m, d: raw_slice_epoch(m, x, y, bs, loss_func)),
         'BasicTrainCB': trainer([BasicTrainCB()]),
-        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False)]),
-        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False)], fast=True),
+        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)]),
+        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)], fast=True),
         'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
         'Basic + 20 quiet': trainer([BasicTrainCB()] + [QuietCB() for _ in range(20)]),
     }

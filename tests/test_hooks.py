@@ -146,3 +146,17 @@ def test_plots_have_one_panel_per_hooked_module_with_titles_and_labels():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [h.name for h in stats]
     assert all(len(ax.lines) == 15 for ax in fig.axes)
     plt.close(fig)
+
+
+def test_corecbs_keeps_activation_stats_and_rejects_what_is_not_a_metric():
+    from torcheval.metrics import MulticlassAccuracy
+    from aisaac.groups import CoreCBs
+    torch.manual_seed(0)
+    t = Trainer(image_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, get_model_conv(),
+                callbacks=CoreCBs('cpu', risinstance(nn.ReLU), progress=False, Accuracy=MulticlassAccuracy()))
+    t.fit(1, lr=0.01)
+    assert [len(h.stats[0]) for h in t.ActivationStatsCB] == [3] * 4
+    assert n_hooks(t.model) == 0
+    assert 'Accuracy' in t.MetricsCB.metrics_epoch[-1]
+    with pytest.raises(TypeError, match=r"lr=0\.1, which is not a metric"): CoreCBs(lr=0.1)
+    with pytest.raises(TypeError, match="pass an instance"): CoreCBs(acc=MulticlassAccuracy)
