@@ -25,9 +25,10 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.hooks import *
+from .callbacks.summary import *
 from .groups import *
 from . import utils, plot, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, hooks
+from .callbacks import train, metrics, progress, introspect, hooks, summary
 
 _modules = (
     utils,
@@ -43,6 +44,7 @@ _modules = (
     progress,
     introspect,
     hooks,
+    summary,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
