@@ -15,6 +15,7 @@ from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .plot import *
 from .models import *
+from .history import *
 from .callback import *
 from .dispatch import *
 from .registry import *
@@ -24,16 +25,18 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.loggers import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
 from .groups import *
-from . import utils, plot, models, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, hooks, summary
+from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
+from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary
 
 _modules = (
     utils,
     plot,
     models,
+    history,
     callback,
     dispatch,
     registry,
@@ -43,6 +46,7 @@ _modules = (
     metrics,
     progress,
     introspect,
+    loggers,
     hooks,
     summary,
     groups,
