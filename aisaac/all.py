@@ -28,9 +28,10 @@ from .callbacks.introspect import *
 from .callbacks.loggers import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
+from .callbacks.visualize import *
 from .groups import *
 from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary
+from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary, visualize
 
 _modules = (
     utils,
@@ -49,6 +50,7 @@ _modules = (
     loggers,
     hooks,
     summary,
+    visualize,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

@@ -1,5 +1,5 @@
 "Model summary, peek_batch, image batches and ImageVisualizerCB: numbers, no side effects, PNG size and titles"
-import copy, random
+import copy, functools, random
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
@@ -102,3 +102,95 @@ def test_peek_batch_runs_only_the_callbacks_that_prepare_batches():
     assert t.Counter.fits == 1
     t.dls = DataLoaders([], [])
     with pytest.raises(ValueError, match='training loader gave no batch'): t.peek_batch()
+
+
+# Images ---------------------------------------------------------------------------------------------------------------
+from PIL import Image
+from aisaac.data import load_fashion_mnist, sample_dataset_dict, pil_to_tensor, collate_dict
+from aisaac.callbacks.visualize import ImageVisualizerCB, class_names, find_denorm
+
+XMEAN, XSTD = 0.28, 0.35
+
+
+@functools.lru_cache
+def fmnist_dls(n_valid=24, bs=8, with_classes=True):
+    "A small Fashion-MNIST sample, normalised in the dataset transform, over torch DataLoaders of the HF datasets"
+    def tfm(b):
+        b['image'] = [(pil_to_tensor(o) - XMEAN) / XSTD for o in b['image']]
+        return b
+    dsd = sample_dataset_dict(load_fashion_mnist(), n_train=32, n_valid=n_valid).with_transform(tfm)
+    if with_classes: return DataLoaders.from_dataset_dict(dsd, bs)
+    mk = lambda ds, shuffle: DataLoader(ds, bs, shuffle=shuffle, collate_fn=collate_dict(ds))
+    return DataLoaders(mk(dsd['train'], True), mk(dsd['test'], False))
+
+
+class KeepFigures(Callback):
+    "A logger that takes images: keeps what log_image gets"
+    def before_fit(self, trainer): self.got = []
+    def log_image(self, trainer, name, image, step):
+        self.got.append((name, step, [ax.get_title() for ax in image.axes if ax.images], (image.get_size_inches() * image.dpi).tolist()))
+
+
+def fmnist_trainer(dls, *cbs):
+    torch.manual_seed(0)
+    return Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, get_model_conv(), callbacks=[BasicTrainCB(), DeviceCB('cpu'), *cbs])
+
+
+@pytest.mark.parametrize('with_classes', [True, False])
+def test_image_grid_png_has_the_expected_size_and_titles_from_the_class_names(tmp_path, with_classes):
+    dls = fmnist_dls(with_classes=with_classes)
+    names = dls.valid.dataset.features['label'].names
+    assert class_names(dls) == names  # from `classes`, or from the validation dataset's ClassLabel feature
+    keep = KeepFigures()
+    t = fmnist_trainer(dls, ImageVisualizerCB(folder=tmp_path, show=False), keep)
+    t.fit(2, lr=1e-3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['predictions_epoch_0.png', 'predictions_epoch_1.png']
+    with Image.open(tmp_path/'predictions_epoch_1.png') as im: assert im.size == (600, 600)  # 3x3 images of 2 inches at 100 dpi
+    (name, step, titles, size), = keep.got[1:]
+    assert (name, step, size) == ('predictions', 1, [600, 600])
+    xb, yb = (torch.cat(o)[:9] for o in zip(*list(dls.valid)[:2]))  # 9 images: the first two batches of 8
+    with torch.no_grad(): preds = t.model(xb).argmax(1)
+    assert titles == [f'true: {names[y]}\npred: {names[p]}' for y, p in zip(yb.tolist(), preds.tolist())]
+
+
+def test_visualizer_size_count_interval_and_no_file_when_folder_is_none(tmp_path):
+    keep = KeepFigures()
+    viz = ImageVisualizerCB(n=4, every_n_epochs=2, folder=tmp_path, imsize=1.5, dpi=80, show=False)
+    t = fmnist_trainer(fmnist_dls(n_valid=6, bs=3), viz, keep)  # 4 images come from two validation batches
+    t.fit(3, lr=1e-3)
+    assert [p.name for p in viz.paths] == ['predictions_epoch_1.png']
+    with Image.open(viz.paths[0]) as im: assert im.size == (240, 240)  # 2x2 images of 1.5 inches at 80 dpi
+    assert [(g[1], len(g[2])) for g in keep.got] == [(1, 4)]
+    t.fit(1, callbacks=[ImageVisualizerCB(folder=None, show=False)])
+    assert len(list(tmp_path.iterdir())) == 1
+    with pytest.raises(ValueError, match='at least 1'): ImageVisualizerCB(every_n_epochs=0)
+
+
+def test_tensorboard_logger_receives_the_grid(tmp_path):
+    pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from aisaac.callbacks.loggers import TensorBoardLogger
+    t = fmnist_trainer(fmnist_dls(), ImageVisualizerCB(folder=None, show=False), TensorBoardLogger(tmp_path/'tb'))
+    t.fit(1, lr=1e-3)
+    acc = EventAccumulator(str(tmp_path/'tb'), size_guidance={'images': 0}); acc.Reload()
+    (ev,) = acc.Images('predictions')
+    assert (ev.step, ev.width, ev.height) == (0, 600, 600)
+
+
+def test_show_image_batch_is_the_prepared_batch_unnormalised_with_class_names():
+    class Normalised(Callback):
+        "A callback that knows the normalisation, as a normalising callback would"
+        def denorm(self, x): return x * XSTD + XMEAN
+    dls = fmnist_dls()
+    t = fmnist_trainer(dls, Normalised())
+    assert find_denorm(t)(torch.zeros(1)).item() == pytest.approx(XMEAN)
+    t.show_image_batch(max_n=5)
+    fig = plt.gcf()
+    axs = [ax for ax in fig.axes if ax.images]
+    xb, yb = t.peek_batch()
+    assert [ax.get_title() for ax in axs] == [dls.classes[y] for y in yb[:5].tolist()]
+    np.testing.assert_allclose(axs[0].images[0].get_array(), (xb[0, 0] * XSTD + XMEAN).numpy(), atol=1e-6)
+    plt.close(fig)
+    t.show_image_batch(max_n=2, denorm=lambda x: x * 0)  # an explicit denorm wins
+    assert plt.gcf().axes[0].images[0].get_array().max() == 0
+    plt.close('all')

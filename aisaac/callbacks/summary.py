@@ -41,12 +41,13 @@ class _Peek(Callback):
         raise CancelFitException()
 
 @patch
-def peek_batch(self:Trainer, train:bool=True): # from the training loader (in training mode), else the validation loader
+def peek_batch(self:Trainer, train:bool=True, # from the training loader (in training mode), else the validation loader
+               callbacks=None): # more callbacks for this batch only, e.g. an augmentation to try
     "The first batch of a loader as the model receives it (after the callbacks that prepare batches), without training on it"
     preps = [cb for cb in self.cbs if id(cb) in self._entries and not getattr(cb, 'callbacks', None)
              and any(callable(getattr(cb, ev, None)) for ev in _prep_events)]
     peek, was_training = _Peek(), self.model.training
-    tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + [peek])
+    tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
     try:
         with _same_random_state(self.dls.train if train else self.dls.valid):
             tmp.fit(1, train=train, valid=not train)
