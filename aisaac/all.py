@@ -29,9 +29,10 @@ from .callbacks.loggers import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
 from .callbacks.visualize import *
+from .callbacks.monitors import *
 from .groups import *
 from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary, visualize
+from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary, visualize, monitors
 
 _modules = (
     utils,
@@ -51,6 +52,7 @@ _modules = (
     hooks,
     summary,
     visualize,
+    monitors,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
