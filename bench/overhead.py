@@ -17,6 +17,10 @@ Variants
   BasicTrainCB        Trainer with only BasicTrainCB, same torch DataLoader
   CoreCBs             Trainer with CoreCBs(progress=False, activation_stats=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
   CoreCBs fast        CoreCBs(progress=False, activation_stats=False) over aisaac's TensorLoader(shuffle=True)
+  CoreCBs + stats     CoreCBs(progress=False): the above plus ActivationStatsCB on every module (AIsaac's default), same DataLoader
+  observability       CoreCBs(progress=False) with activation stats, CSVLogger and JSONLinesLogger (files in a temporary
+                      folder; JSON lines for every value, per batch too), LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB,
+                      GradNormCB and MemoryMonitorCB, same DataLoader
   Basic + 20 no-op    BasicTrainCB and 20 callbacks whose before_batch and after_batch do nothing, same DataLoader
   Basic + 20 quiet    BasicTrainCB and 20 callbacks with no per-batch hook (the same per-batch code as BasicTrainCB)
   --decompose adds:
@@ -29,7 +33,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, copy, gc, random, statistics, sys, time
+import argparse, copy, gc, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -43,6 +47,8 @@ from aisaac.all import Callback, CancelBatchException, CancelEpochException, Tra
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.groups import CoreCBs
 from aisaac.data import DataLoaders, TensorLoader
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+from aisaac.callbacks.monitors import LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB, GradNormCB, MemoryMonitorCB
 
 N_ROWS, N_IN, N_HID, N_OUT, LR = 20_000, 20, 64, 10, 0.01
 
@@ -129,6 +135,14 @@ def raw_slice_epoch(model, x, y, bs, loss_func):
         opt.step()
 
 
+LOG_DIR = tempfile.TemporaryDirectory(prefix='aisaac-bench-')
+
+def observability_cbs():
+    "CoreCBs with activation statistics, two file loggers and every monitor"
+    return [CoreCBs(device='cpu', progress=False), CSVLogger(f'{LOG_DIR.name}/epochs.csv'), JSONLinesLogger(f'{LOG_DIR.name}/log.jsonl'),
+            LRMonitorCB(), SpeedMonitorCB(), RuntimeEstimatorCB(), GradNormCB(), MemoryMonitorCB()]
+
+
 def variants(x, y, bs, decompose=False):
     "name -> `prepare()`, which makes a fresh copy of the model and a new loader and returns the function that trains one epoch"
     loss_func, base = nn.CrossEntropyLoss(), make_model()
@@ -153,6 +167,8 @@ def variants(x, y, bs, decompose=False):
         'BasicTrainCB': trainer([BasicTrainCB()]),
         'CoreCBs': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)]),
         'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)], fast=True),
+        'CoreCBs + stats': trainer([CoreCBs(device='cpu', progress=False)]),
+        'observability': trainer(observability_cbs()),
         'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
         'Basic + 20 quiet': trainer([BasicTrainCB()] + [QuietCB() for _ in range(20)]),
     }
@@ -241,6 +257,8 @@ def main():
         for name, val, lim, unit in checks:
             print(f"- {name}: {val:.3f}{unit} -> {'MET' if val <= lim else 'MISSED'}")
         print(f"- (noise floor: the identical second raw loop measured {r['raw again ratio']:.3f}x)")
+        print(f"- (observability: CoreCBs with activation stats, CSV and JSON-lines loggers and the five monitors: "
+              f"{r['observability ratio']:.3f}x; CoreCBs with activation stats alone: {r['CoreCBs + stats ratio']:.3f}x; for reference)")
         print(f"- (20 no-op callbacks in the full workload, paired median: {r['noop_paired']:+.1f} us/batch; "
               f"noisy, for reference)")
 
