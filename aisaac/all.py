@@ -26,13 +26,14 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.loggers import *
+from .callbacks.results import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
 from .callbacks.visualize import *
 from .callbacks.monitors import *
 from .groups import *
 from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers, hooks, summary, visualize, monitors
+from .callbacks import train, metrics, progress, introspect, loggers, results, hooks, summary, visualize, monitors
 
 _modules = (
     utils,
@@ -49,6 +50,7 @@ _modules = (
     progress,
     introspect,
     loggers,
+    results,
     hooks,
     summary,
     visualize,

@@ -117,10 +117,12 @@ def test_a_logger_must_write_log(tmp_path):
     with pytest.warns(UserWarning, match="must define `log"): fit(Nothing())
 
 # ---------------------------------------------------------------- TensorBoard
+class Img(Callback):
+    "Logs an image at the end of the fit"
+    def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
+
 def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    class Img(Callback):
-        def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
     t = fit(TensorBoardLogger(tmp_path/'tb'), LogBatches(), Img())
     ea = EventAccumulator(str(tmp_path/'tb'), size_guidance={'scalars': 0, 'images': 0}); ea.Reload()
     assert sorted(ea.Tags()['scalars']) == sorted([*HIST, 'batch/seen'])
@@ -140,7 +142,8 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
     monkeypatch.setenv('MLFLOW_TRACKING_URI', f'sqlite:///{tmp_path}/mlruns.db')
     lg = MLflowLogger(experiment='test')
     assert lg.tracking_uri == f'sqlite:///{tmp_path}/mlruns.db'
-    t = fit(lg, LogBatches())
+    monkeypatch.chdir(tmp_path)  # the images go to the experiment's artifact folder, by default ./mlruns
+    t = fit(lg, LogBatches(), Img())
     c = MlflowClient(lg.tracking_uri)
     for name in HIST:
         h = c.get_metric_history(lg.run_id, name)
@@ -149,6 +152,7 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
     run = c.get_run(lg.run_id)
     assert run.info.status == 'FINISHED' and run.data.params['lr'] == '0.05' and run.data.params['n_params'] == '10'
     assert c.get_experiment(run.info.experiment_id).name == 'test'
+    assert any('grid' in f.path for f in c.list_artifacts(lg.run_id, 'images'))
     lg2 = MLflowLogger(lg.tracking_uri, experiment='test')
     with pytest.raises(RuntimeError): fit(lg2, FailAt(1))
     run2 = c.get_run(lg2.run_id)
@@ -159,7 +163,7 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
                                               (MLflowLogger, 'mlflow', 'mlflow')])
 def test_a_missing_package_names_the_extra(monkeypatch, cls, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ImportError, match=rf'pip install "aisaac\[{extra}\]"'): cls()
+    with pytest.raises(ImportError, match=rf'{cls.__name__} needs the `{extra}` package: pip install "aisaac\[{extra}\]"'): cls()
 
 def test_image_arrays():
     import matplotlib; matplotlib.use('Agg')
@@ -176,3 +180,38 @@ def test_run_config_names_the_settings():
     assert cfg | {'callbacks': ''} == {'n_epochs': 1, 'lr': 0.05, 'opt_func': 'Adam', 'loss_func': 'CrossEntropyLoss',
                                        'model': 'Linear', 'n_params': 10, 'callbacks': ''}
     assert 'MetricsCB' in cfg['callbacks']
+
+# ---------------------------------------------------------------- results file
+from aisaac.callbacks.results import ResultsFileCB
+
+def test_results_file_records_the_run(tmp_path):
+    path = tmp_path/'r'/'results.jsonl'
+    t = fit(ResultsFileCB(path, config={'seed': 0, 'data': 'synthetic'}), LogBatches())
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs] == ['run_start', 'epoch', 'epoch', 'epoch', 'run_stop']
+    assert len({r['run'] for r in recs}) == 1
+    assert recs[0]['config'] == run_config(t) | {'seed': 0, 'data': 'synthetic'} and recs[0]['system']['torch'] == torch.__version__
+    assert [r['epoch'] for r in recs[1:4]] == [0, 1, 2]
+    for name in HIST: assert [r['metrics'][name] for r in recs[1:4]] == t.history.get_metric_values(name)
+    assert 'seen' not in recs[1]['metrics']  # per-batch values are not a result
+    stop = recs[-1]
+    assert (stop['status'], stop['error'], stop['epochs']) == ('ok', None, 3)
+    assert stop['result'] == {n: t.history.get_latest_metric(n) for n in HIST}
+    times = [r['time'] for r in recs]
+    assert times == sorted(times) and stop['duration_s'] >= 0
+
+def test_results_file_is_flushed_each_epoch_and_ends_a_failed_run(tmp_path):
+    path = tmp_path/'results.jsonl'
+    probe = ReadEachEpoch(lambda: [json.loads(l)['event'] for l in open(path)])
+    with pytest.raises(RuntimeError, match='boom'): fit(ResultsFileCB(path), probe, FailAt(2))
+    assert probe.seen == [['run_start', 'epoch'], ['run_start', 'epoch', 'epoch']]
+    recs = [json.loads(l) for l in open(path)]
+    assert (recs[-1]['event'], recs[-1]['status'], recs[-1]['error'], recs[-1]['epochs']) == ('run_stop', 'error', 'RuntimeError: boom', 2)
+    fit(ResultsFileCB(path), n_epochs=1)  # a second run is appended, with its own id
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs].count('run_start') == 2 and len({r['run'] for r in recs}) == 2
+
+def test_results_file_that_cannot_be_written_warns(tmp_path):
+    (tmp_path/'file').write_text('')
+    with pytest.warns(UserWarning, match="ResultsFileCB"): t = fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'))
+    assert len(t.history.get_metric_values('valid_loss')) == 3
