@@ -236,3 +236,15 @@ def test_memory_monitor_on_cuda():
     assert h.get_latest_metric('cuda_allocated_mib') > 0
     assert h.get_latest_metric('cuda_reserved_mib') >= h.get_latest_metric('cuda_allocated_mib')
     assert h.get_latest_metric('cuda_peak_mib') >= h.get_latest_metric('cuda_allocated_mib')
+
+
+def test_per_epoch_values_take_the_runs_epoch_as_metricscb_does():
+    from aisaac.callbacks.metrics import MetricsCB
+    t = trainer(MetricsCB(), MemoryMonitorCB())
+    t.fit(2)
+    t.fit(1, callbacks=[SpeedMonitorCB()])  # a monitor for one later fit
+    t.fit(1, valid=False)
+    h = t.history
+    assert h.get_metric_steps('train_loss') == [0, 1, 2, 3]
+    assert h.get_metric_steps('rss_mib') == [0, 1, 2, 3]
+    assert h.get_metric_steps('epoch_samples_per_sec') == [2]

@@ -19,6 +19,11 @@ def _record(trainer, values:dict, step:int, per:str):
     for k, v in values.items(): trainer.history.update_metric(k, v, step=step, per=per)
     trainer.log(values, step=step, per=per)
 
+def _epoch_step(trainer):
+    "The run's epoch, as the history numbers epochs: one after the last per-epoch step recorded (0 in a new run)"
+    h = trainer.history
+    return max((h.get_metric_steps(n)[-1] + 1 for n in h.metric_names), default=0)
+
 def _batch_size(batch):
     "The number of samples in `batch`: the length of its first tensor"
     for o in (batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else [batch]):
@@ -79,7 +84,7 @@ class SpeedMonitorCB(Callback):
     def before_train(self, trainer):
         "Start the clock of the training pass"
         self.start = self.last = time.perf_counter()
-        self.samples, self.batches = 0, 0
+        self.samples, self.batches, self.epoch_step = 0, 0, _epoch_step(trainer)
 
     def after_batch(self, trainer):
         "Time this training batch; once the window is full, record the window's throughput"
@@ -99,7 +104,7 @@ class SpeedMonitorCB(Callback):
         secs = self.last - self.start
         if self.batches and secs > 0:
             _record(trainer, {'epoch_samples_per_sec': self.samples / secs, 'epoch_batches_per_sec': self.batches / secs,
-                              'train_time': secs}, trainer.epoch, 'epoch')
+                              'train_time': secs}, self.epoch_step, 'epoch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
 class RuntimeEstimatorCB(Callback):
@@ -197,7 +202,7 @@ class MemoryMonitorCB(Callback):
 
     def before_train(self, trainer):
         "Start the pass's peak at the current allocation"
-        d = self._device(trainer)
+        self.epoch_step, d = _epoch_step(trainer), self._device(trainer)
         if d is not None and d.type == 'cuda': torch.cuda.reset_peak_memory_stats(d)
 
     def after_batch(self, trainer):
@@ -208,4 +213,4 @@ class MemoryMonitorCB(Callback):
 
     def after_train(self, trainer):
         "Record the memory at the end of the training pass"
-        _record(trainer, memory_stats(self._device(trainer)), trainer.epoch, 'epoch')
+        _record(trainer, memory_stats(self._device(trainer)), self.epoch_step, 'epoch')

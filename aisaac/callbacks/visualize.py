@@ -76,7 +76,7 @@ class ImageVisualizerCB(Callback):
                  cmap:str='gray'): # colour map for single-channel images
         if n < 1 or every_n_epochs < 1: raise ValueError(f"`n` and `every_n_epochs` must be at least 1 (got {n} and {every_n_epochs})")
         self.n, self.every, self.folder, self.denorm, self.show = n, every_n_epochs, folder, denorm, show
-        self.imsize, self.dpi, self.cmap, self.paths = imsize, dpi, cmap, []
+        self.imsize, self.dpi, self.cmap, self.paths, self.epoch_step = imsize, dpi, cmap, [], 0
 
     def before_validate(self, trainer):
         "Start collecting"
@@ -90,13 +90,14 @@ class ImageVisualizerCB(Callback):
 
     def after_validate(self, trainer):
         "Draw the kept images every `every_n_epochs` epochs"
-        if not self.kept or (trainer.epoch + 1) % self.every: return
+        epoch, self.epoch_step = self.epoch_step, self.epoch_step + 1
+        if not self.kept or (epoch + 1) % self.every: return
         xb, yb, preds = (torch.cat(o)[:self.n].float().cpu() for o in zip(*self.kept))
         self.kept = []
         if (f := find_denorm(trainer, self.denorm)) is not None: xb = f(xb)
-        fig = self.draw(xb, yb, preds, class_names(trainer.dls), trainer.epoch)
-        if self.folder is not None: self.paths.append(self._save(fig, trainer.epoch))
-        trainer.log_image('predictions', fig, step=trainer.epoch)
+        fig = self.draw(xb, yb, preds, class_names(trainer.dls), epoch)
+        if self.folder is not None: self.paths.append(self._save(fig, epoch))
+        trainer.log_image('predictions', fig, step=epoch)
         if self.show if self.show is not None else in_notebook():
             from IPython.display import display
             display(fig)
