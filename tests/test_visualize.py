@@ -161,8 +161,11 @@ def test_visualizer_size_count_interval_and_no_file_when_folder_is_none(tmp_path
     assert [p.name for p in viz.paths] == ['predictions_epoch_1.png']
     with Image.open(viz.paths[0]) as im: assert im.size == (240, 240)  # 2x2 images of 1.5 inches at 80 dpi
     assert [(g[1], len(g[2])) for g in keep.got] == [(1, 4)]
+    t.fit(1)  # the epochs go on across fits: this is the fourth, drawn
+    assert [p.name for p in viz.paths] == ['predictions_epoch_1.png', 'predictions_epoch_3.png']
+    t.remove_callbacks([viz])
     t.fit(1, callbacks=[ImageVisualizerCB(folder=None, show=False)])
-    assert len(list(tmp_path.iterdir())) == 1
+    assert len(list(tmp_path.iterdir())) == 2
     with pytest.raises(ValueError, match='at least 1'): ImageVisualizerCB(every_n_epochs=0)
 
 
