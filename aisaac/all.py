@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
+from .plot import *
 from .models import *
 from .history import *
 from .callback import *
@@ -36,13 +37,18 @@ from .callbacks.augment import *
 from .callbacks.preds import *
 from .callbacks.loggers import *
 from .callbacks.results import *
+from .callbacks.hooks import *
+from .callbacks.summary import *
+from .callbacks.visualize import *
+from .callbacks.monitors import *
 from .groups import *
-from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
+from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
-    stoppers, devices, compilation, init, augment, preds, loggers, results
+    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     utils,
+    plot,
     models,
     history,
     callback,
@@ -66,6 +72,10 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     preds,
     loggers,
     results,
+    hooks,
+    summary,
+    visualize,
+    monitors,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

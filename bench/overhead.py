@@ -15,15 +15,19 @@ Variants
   raw again           a second, identical raw DataLoader loop: its ratio shows this run's noise floor
   raw slicing         the same loop over slices of the tensors, shuffled once per epoch
   BasicTrainCB        Trainer with only BasicTrainCB, same torch DataLoader
-  CoreCBs             Trainer with CoreCBs(progress=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
-  CoreCBs fast        CoreCBs(progress=False) over aisaac's TensorLoader(shuffle=True)
-  CoreCBs + control   CoreCBs(progress=False) with OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0),
+  CoreCBs             Trainer with CoreCBs(progress=False, activation_stats=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
+  CoreCBs fast        CoreCBs(progress=False, activation_stats=False) over aisaac's TensorLoader(shuffle=True)
+  CoreCBs + control   CoreCBs(progress=False, activation_stats=False) with OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0),
                       TerminateOnNaNCB, and EarlyStoppingCB and ThresholdStopperCB watching train_loss (never
                       triggered), same DataLoader. (cycle_momentum=False: cycling momentum would turn the plain SGD of
                       every other variant into SGD with momentum, a different and costlier optimizer step.)
   raw + control       the raw DataLoader loop doing the same work by hand: OneCycleLR stepped per batch,
                       clip_grad_norm_(1.0), and the loss read to check it is finite; `ctl/raw+` is the ratio of
                       `CoreCBs + control` to it, aisaac's own overhead on that work
+  CoreCBs + stats     CoreCBs(progress=False): the above plus ActivationStatsCB on every module (AIsaac's default), same DataLoader
+  observability       CoreCBs(progress=False) with activation stats, CSVLogger and JSONLinesLogger (files in a temporary
+                      folder; JSON lines for every value, per batch too), LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB,
+                      GradNormCB and MemoryMonitorCB, same DataLoader
   Basic + 20 no-op    BasicTrainCB and 20 callbacks whose before_batch and after_batch do nothing, same DataLoader
   Basic + 20 quiet    BasicTrainCB and 20 callbacks with no per-batch hook (the same per-batch code as BasicTrainCB)
   --decompose adds:
@@ -36,7 +40,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, copy, gc, math, random, statistics, sys, time
+import argparse, copy, gc, math, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -53,6 +57,8 @@ from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.gradients import GradClipCB
 from aisaac.callbacks.stoppers import TerminateOnNaNCB, EarlyStoppingCB, ThresholdStopperCB
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+from aisaac.callbacks.monitors import LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB, GradNormCB, MemoryMonitorCB
 
 N_ROWS, N_IN, N_HID, N_OUT, LR = 20_000, 20, 64, 10, 0.01
 
@@ -144,7 +150,7 @@ def raw_control_epoch(model, dl, loss_func):
 
 def control_cbs():
     "The training-control callbacks of the `CoreCBs + control` variant"
-    return [CoreCBs(device='cpu', progress=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0), TerminateOnNaNCB(),
+    return [CoreCBs(device='cpu', progress=False, activation_stats=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0), TerminateOnNaNCB(),
             EarlyStoppingCB(patience=1000, watch_metric='train_loss'), ThresholdStopperCB('train_loss', 0.)]
 
 
@@ -159,6 +165,14 @@ def raw_slice_epoch(model, x, y, bs, loss_func):
         loss = loss_func(model(xb), yb)
         loss.backward()
         opt.step()
+
+
+LOG_DIR = tempfile.TemporaryDirectory(prefix='aisaac-bench-')
+
+def observability_cbs():
+    "CoreCBs with activation statistics, two file loggers and every monitor"
+    return [CoreCBs(device='cpu', progress=False), CSVLogger(f'{LOG_DIR.name}/epochs.csv'), JSONLinesLogger(f'{LOG_DIR.name}/log.jsonl'),
+            LRMonitorCB(), SpeedMonitorCB(), RuntimeEstimatorCB(), GradNormCB(), MemoryMonitorCB()]
 
 
 def variants(x, y, bs, decompose=False):
@@ -183,10 +197,12 @@ def variants(x, y, bs, decompose=False):
         'raw again': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
         'raw slicing': raw(lambda m, d: raw_slice_epoch(m, x, y, bs, loss_func)),
         'BasicTrainCB': trainer([BasicTrainCB()]),
-        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False)]),
-        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False)], fast=True),
+        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)]),
+        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)], fast=True),
         'CoreCBs + control': trainer(control_cbs()),
         'raw + control': raw(lambda m, d: raw_control_epoch(m, d, loss_func)),
+        'CoreCBs + stats': trainer([CoreCBs(device='cpu', progress=False)]),
+        'observability': trainer(observability_cbs()),
         'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
         'Basic + 20 quiet': trainer([BasicTrainCB()] + [QuietCB() for _ in range(20)]),
     }
@@ -279,6 +295,8 @@ def main():
         for name, val, lim, unit in checks:
             print(f"- {name}: {val:.3f}{unit} -> {'MET' if val <= lim else 'MISSED'}")
         print(f"- (noise floor: the identical second raw loop measured {r['raw again ratio']:.3f}x)")
+        print(f"- (observability: CoreCBs with activation stats, CSV and JSON-lines loggers and the five monitors: "
+              f"{r['observability ratio']:.3f}x; CoreCBs with activation stats alone: {r['CoreCBs + stats ratio']:.3f}x; for reference)")
         print(f"- (20 no-op callbacks in the full workload, paired median: {r['noop_paired']:+.1f} us/batch; "
               f"noisy, for reference)")
 
