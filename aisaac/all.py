@@ -18,13 +18,15 @@ from .callback import *
 from .dispatch import *
 from .registry import *
 from .trainer import *
+from .persist import *
+from .checkpoint import *
 from .data import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, data, groups
+from . import utils, models, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
 from .callbacks import train, metrics, progress, introspect
 
 _modules = (
@@ -34,6 +36,8 @@ _modules = (
     dispatch,
     registry,
     trainer,
+    persist,
+    checkpoint,
     data,
     train,
     metrics,
