@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .models import *
+from .history import *
 from .callback import *
 from .dispatch import *
 from .registry import *
@@ -26,12 +27,13 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
+from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
 from .callbacks import train, metrics, progress, introspect
 
 _modules = (
     utils,
     models,
+    history,
     callback,
     dispatch,
     registry,

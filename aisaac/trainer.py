@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelFitException,
                              CancelStepException, with_cbs)
 from .dispatch import CallbackMixin, _handler, _name_of
+from .history import RunHistory
 
 # %% ../nbs/20_trainer.ipynb #a7149a36
 def _check_trainer_args(dls, loss_func, opt_func, model):
@@ -39,6 +40,7 @@ class Trainer(CallbackMixin):
         _check_trainer_args(dls, loss_func, opt_func, model)
         self.dls, self.loss_func, self.opt_func, self.model = dls, loss_func, opt_func, model
         self.opt, self.epoch, self.batch_num = None, 0, 0
+        self.history = RunHistory()  # kept across fits: `trainer.history.reset()` starts afresh
         self.add_callbacks(callbacks)
         self.run_callbacks('after_create')
 
@@ -124,7 +126,26 @@ _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'befor
 Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', 'before_fit',
                   'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
-                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
+                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics',
+                  'log', 'log_image')
+
+# %% ../nbs/20_trainer.ipynb #a2704558
+@patch
+def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are read to numbers
+        step:int=None, # the epoch or batch the values belong to; `None`: each logger numbers them in turn
+        per:str='epoch'): # `'epoch'` or `'batch'`
+    "Send `metrics` to every logger callback through the `log` event"
+    if not isinstance(metrics, dict): raise TypeError(f"`metrics` must be a dict of {{name: number}} (got {type(metrics).__name__}): e.g. `trainer.log({{'lr': 0.01}})`")
+    if per not in ('epoch', 'batch'): raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
+    metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+    self.run_callbacks('log', metrics=metrics, step=step, per=per)
+
+@patch
+def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions'`
+              image, # a matplotlib `Figure`, or an array or tensor: HxW, HxWxC (channels last) or CxHxW, floats in [0, 1] or `uint8`
+              step:int=None): # the epoch it belongs to
+    "Send `image` to every logger callback that takes images, through the `log_image` event"
+    self.run_callbacks('log_image', name=name, image=image, step=step)
 
 # %% ../nbs/20_trainer.ipynb #b041a3be
 class CallbackSummary(list):
