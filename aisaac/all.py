@@ -26,9 +26,10 @@ from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.schedule import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
-from .callbacks import train, metrics, progress, introspect
+from .callbacks import train, metrics, progress, introspect, schedule
 
 _modules = (
     utils,
@@ -45,6 +46,7 @@ _modules = (
     metrics,
     progress,
     introspect,
+    schedule,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
