@@ -226,7 +226,10 @@ class _FitTracker(Callback):
             raise CheckpointError(f"The checkpoint resumes at epoch {epoch}{f', batch {batch}' if batch else ''}, past this fit's "
                                   f"{n} epochs: resume with more epochs, `fit({epoch + 1}, resume_from=...)`")
         trainer.epochs = range(epoch, n)
-        if not trainer.epochs: self._resume(trainer)  # the run was complete: the fit only restores it
+
+    def after_fit(self, trainer):
+        "A fit with no epoch left restores the checkpoint here, after every `before_fit` (which may have reset the optimizer)"
+        if self.state is not None: self._resume(trainer)
 
     def before_train(self, trainer):
         "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"

@@ -77,22 +77,26 @@ class CheckpointError(ValueError):
 def _why(e):
     "The useful line of a `torch.load` error"
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
-    return next((l for l in lines if 'GLOBAL' in l), lines[0] if lines else type(e).__name__)
+    return next((l for w in ('GLOBAL', 'Unsupported') for l in lines if w in l), lines[0] if lines else type(e).__name__)
+
+def _unreadable(path, e):
+    "Why `torch.load` could not read the file at `path` (it raised `e`), and what to do"
+    with open(path, 'rb') as f: head = f.read(512)
+    if not head: return f"{path} is empty: it is not a checkpoint"
+    if b'\0' not in head and sum(32 <= b < 127 or b in (9, 10, 13) for b in head) >= 0.95 * len(head):
+        return f"{path} is a text file, not a checkpoint: load a file that `save_checkpoint` wrote"
+    if isinstance(e, pickle.UnpicklingError) and 'Weights only load failed' in str(e):
+        return (f"{path} was refused: it holds something other than tensors and plain Python values ({_why(e)}), and loading "
+                f"that could run code from the file. aisaac loads only files of tensors and plain values, such as `save_checkpoint` writes.")
+    return (f"{path} is not a readable checkpoint: it is truncated, corrupt or not a PyTorch file ({type(e).__name__}: {_why(e)}). "
+            f"A save that was interrupted never replaces the previous checkpoint, so an earlier file is whole.")
 
 def _torch_load(path):
     "`torch.load(path, weights_only=True)` onto the CPU, with errors that say what is wrong with the file"
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"No checkpoint at {path}")
     try: return torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError as e:
-        if 'GLOBAL' not in str(e): raise CheckpointError(f"{path} is not a PyTorch file ({_why(e)})") from None
-        raise CheckpointError(f"{path} was refused: it asks to build an object that is not a tensor or a plain Python value "
-                              f"({_why(e)}), and building it could run code from the file. aisaac loads only files of tensors "
-                              f"and plain values, such as those `save_checkpoint` writes.") from None
-    except Exception as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint: it is truncated, corrupt or not a PyTorch file "
-                              f"({type(e).__name__}: {_why(e)}). A save that was interrupted never replaces the previous "
-                              f"checkpoint, so an earlier file is whole.") from None
+    except Exception as e: raise CheckpointError(_unreadable(path, e)) from None
 
 # %% ../nbs/21_persist.ipynb #0c078216
 class CheckpointEngine(CallbackMixin):
