@@ -27,9 +27,10 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.schedule import *
+from .callbacks.savers import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule
+from .callbacks import train, metrics, progress, introspect, schedule, savers
 
 _modules = (
     utils,
@@ -47,6 +48,7 @@ _modules = (
     progress,
     introspect,
     schedule,
+    savers,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

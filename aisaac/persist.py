@@ -6,7 +6,7 @@ Docs: https://aisaac-dev.github.io/aisaac/persist.html.md"""
 
 # %% auto #0
 __all__ = ['fsync_dir', 'atomic_write', 'atomic_save', 'rng_state', 'set_rng_state', 'CheckpointError', 'CheckpointEngine',
-           'is_main_process', 'unwrap_model']
+           'is_main_process', 'wait_for_everyone', 'unwrap_model']
 
 # %% ../nbs/21_persist.ipynb #2c4c567c
 import io, os, pickle, random, secrets
@@ -120,6 +120,11 @@ def is_main_process():
     "Whether this is the process that writes files: rank 0 of a distributed run, or the only process"
     import torch.distributed as dist
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+def wait_for_everyone():
+    "Wait until every process of a distributed run gets here (nothing to wait for in a single process)"
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): dist.barrier()
 
 def unwrap_model(model:torch.nn.Module): # a model, maybe wrapped by `DistributedDataParallel`, `DataParallel` or `torch.compile`
     "The module inside the wrappers of `model`"

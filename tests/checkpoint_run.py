@@ -1,7 +1,7 @@
 """A small, deterministic training run for tests/test_checkpoint.py, importable and runnable in its own process:
 
     python checkpoint_run.py resume LOADER CHECKPOINT N_EPOCHS OUT [LOADER CHECKPOINT N_EPOCHS OUT ...]
-    python checkpoint_run.py checkpoints LOADER DIR N_EPOCHS SLEEP     (a checkpoint after every batch, SLEEP seconds per batch)
+    python checkpoint_run.py checkpoints LOADER DIR N_EPOCHS SLEEP     (CheckpointCB after every batch, SLEEP seconds per batch)
     python checkpoint_run.py kill_mid_save CHECKPOINT MARKER HOW        (HOW: 'half' or 'whole': how much of the second save is written)
 """
 import sys, time
@@ -19,6 +19,7 @@ from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.savers import CheckpointCB
 
 LOADERS = ('dataloader', 'tensorloader', 'seeded')  # torch's shuffled DataLoader; TensorLoader on the global generator, or its own
 
@@ -47,16 +48,12 @@ class StopAt(Callback):
             trainer.save_checkpoint(self.path)
             raise CancelFitException()
 
-class SaveEvery(Callback):
-    "Save a checkpoint in `dir` after every training batch, named by its resume point, sleeping `sleep` seconds after each"
-    order = 100
-    def __init__(self, dir, sleep=0.): self.dir, self.sleep = Path(dir), sleep
-    def checkpoint(self, trainer, at):
-        "Save, then sleep"
-        if at != 'batch': return
-        e, b = trainer.resume_point()
-        trainer.save_checkpoint(self.dir/f'{e:03d}-{b:03d}.pt')
-        time.sleep(self.sleep)
+class Sleep(Callback):
+    "Sleep `seconds` after each training batch (so that a test can signal the process mid-run)"
+    def __init__(self, seconds): self.seconds = seconds
+    def after_batch(self, trainer):
+        "Sleep"
+        if trainer.training: time.sleep(self.seconds)
 
 def result(trainer):
     "What must be equal between a straight and a resumed run: weights, optimizer state, history, metrics records"
@@ -78,7 +75,7 @@ if __name__ == '__main__':
             torch.save(result(resume(loader, path, int(n))), out)
     elif mode == 'checkpoints':
         loader, dir, n, sleep = args
-        make_trainer(loader, [SaveEvery(dir, float(sleep))]).fit(int(n))
+        make_trainer(loader, [CheckpointCB(dir, every_n_batches=1, keep_last=None), Sleep(float(sleep))]).fit(int(n))
     elif mode == 'kill_mid_save':
         path, marker, how = args
         trainer = make_trainer()

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from aisaac.callback import Callback
+from aisaac.callback import Callback, CancelFitException
 from aisaac.persist import CheckpointError, atomic_save
 from aisaac.checkpoint import CHECKPOINT_VERSION
-from checkpoint_run import LOADERS, StopAt, SaveEvery, make_trainer, result, resume
+from aisaac.callbacks.savers import CheckpointCB, SaveBestModelCB, checkpoints, last_checkpoint
+from checkpoint_run import LOADERS, StopAt, make_trainer, result, resume
 
 HERE = Path(__file__).parent
 
@@ -75,9 +76,9 @@ def test_ctrl_c_from_a_callback_after_a_checkpoint_then_resume(straight, tmp_pat
         order = 200  # after the checkpoint of the batch
         def checkpoint(self, trainer, at):
             if (trainer.epoch, trainer.batch_num, at) == (1, 7, 'batch'): raise KeyboardInterrupt()
-    with pytest.raises(KeyboardInterrupt): make_trainer('tensorloader', [SaveEvery(tmp_path), CtrlC()]).fit(2)
-    last = max(tmp_path.glob('*.pt'))
-    assert last.name == '001-008.pt'
+    with pytest.raises(KeyboardInterrupt): make_trainer('tensorloader', [CheckpointCB(tmp_path, every_n_batches=1), CtrlC()]).fit(2)
+    last = last_checkpoint(tmp_path)
+    assert last.name == 'checkpoint_0001_000008.pt' and len(checkpoints(tmp_path)) == 3
     assert_same(result(resume('tensorloader', last, 2)), straight['tensorloader'])
 
 def test_sigint_to_a_training_process_then_resume(straight, tmp_path):
@@ -86,7 +87,7 @@ def test_sigint_to_a_training_process_then_resume(straight, tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
-        while len(list(tmp_path.glob('*.pt'))) < 16 and p.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
+        while len(checkpoints(tmp_path)) < 16 and p.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
         assert p.poll() is None, p.communicate()[1][-3000:]
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
@@ -94,8 +95,8 @@ def test_sigint_to_a_training_process_then_resume(straight, tmp_path):
         if p.poll() is None: p.kill()
     assert p.returncode != 0 and 'KeyboardInterrupt' in err, err[-3000:]
     assert not list(tmp_path.glob('.*.tmp')), "an interrupted save leaves no temporary file"
-    last = max(tmp_path.glob('*.pt'))
-    assert last.name >= '001-003.pt', last  # inside the second epoch (13 batches per epoch)
+    last = last_checkpoint(tmp_path)
+    assert last.name >= 'checkpoint_0001_000003.pt', last  # inside the second epoch (13 batches per epoch)
     assert_same(result(resume('dataloader', last, 2)), straight['dataloader'])
 
 def test_a_checkpoint_after_the_run_resumes_to_the_same_end(straight, tmp_path):
@@ -227,3 +228,68 @@ def test_atomic_save_replaces_the_file_in_one_step(tmp_path):
             raise KeyboardInterrupt()
         atomic_write(path, interrupted)
     assert torch.load(path, weights_only=True) == {'a': 1} and [p.name for p in path.parent.iterdir()] == ['x.pt']
+
+# ---------------------------------------------------------------- CheckpointCB and SaveBestModelCB
+
+def test_checkpoint_cb_prunes_only_after_a_new_checkpoint_is_written(tmp_path):
+    class FailFourth:
+        "The fourth save fails on the disk"
+        def __init__(self): self.n = 0
+        def before_save(self, engine):
+            self.n += 1
+            if self.n == 4: raise OSError('disk full')
+    t = make_trainer(callbacks=[CheckpointCB(tmp_path, keep_last=2)])
+    t.checkpoint_engine.add_callbacks(FailFourth())
+    with pytest.raises(OSError, match='disk full'): t.fit(5)
+    assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0002_000000.pt', 'checkpoint_0003_000000.pt']
+    assert not list(tmp_path.glob('.*.tmp'))
+    resumed = make_trainer(callbacks=[CheckpointCB(tmp_path, keep_last=2)])
+    resumed.fit(5, resume_from=last_checkpoint(tmp_path))
+    assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0004_000000.pt', 'checkpoint_0005_000000.pt']
+
+def test_checkpoint_cb_removes_the_temporary_files_of_dead_processes(tmp_path):
+    dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True)
+    stale = tmp_path/f'.checkpoint_0001_000000.pt.{int(dead.stdout)}-0123abcd.tmp'
+    live = tmp_path/f'.checkpoint_0001_000000.pt.{os.getppid()}-0123abcd.tmp'  # a running process's save in progress
+    stale.write_bytes(b'half'); live.write_bytes(b'half')
+    make_trainer(callbacks=[CheckpointCB(tmp_path)]).fit(1)
+    assert not stale.exists() and live.exists()
+
+class Scores(Callback):
+    "Reports `values[epoch]` as the epoch's `valid_loss`; `stop_at`: cancel the fit after that epoch, `interrupt_at`: Ctrl-C"
+    order = -1
+    def __init__(self, values, stop_at=None, interrupt_at=None): self.values, self.stop_at, self.interrupt_at = values, stop_at, interrupt_at
+    def before_fit(self, trainer): self.weights = []
+    def after_validate(self, trainer):
+        self.weights.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
+        trainer.log({'valid_loss': self.values[trainer.epoch]}, per='epoch')
+        if trainer.epoch == self.interrupt_at: raise KeyboardInterrupt()
+        if trainer.epoch == self.stop_at: raise CancelFitException()
+
+def scored_trainer(callbacks):
+    "A trainer whose only reported metric is the made-up `valid_loss` of `Scores`"
+    t = make_trainer(callbacks=callbacks)
+    t.remove_callbacks(t.MetricsCB)
+    return t
+
+def test_save_best_model_loads_the_best_weights_after_early_stopping_not_after_ctrl_c(tmp_path):
+    t = scored_trainer([SaveBestModelCB(tmp_path/'best.pt'), s := Scores([0.5, 0.2, 0.4, 0.3], stop_at=2)])
+    t.fit(4)
+    assert t.SaveBestModelCB.best_epoch == 1
+    assert_same(t.model.state_dict(), s.weights[1])
+    t = scored_trainer([SaveBestModelCB(tmp_path/'best2.pt'), s := Scores([0.5, 0.2, 0.4, 0.3], interrupt_at=2)])
+    with pytest.raises(KeyboardInterrupt): t.fit(4)
+    assert_same(t.model.state_dict(), s.weights[2])  # kept as it was, for a checkpoint to resume from
+    assert_same(torch.load(tmp_path/'best2.pt', weights_only=True), s.weights[1])
+
+def test_save_best_model_keeps_its_best_score_through_a_resume(tmp_path):
+    "The best score is in the checkpoint: a resumed fit does not save a worse epoch (reset_on_train resets a new fit only)"
+    cbs = lambda: [SaveBestModelCB(tmp_path/'best.pt'), Scores([0.5, 0.2, 0.4, 0.3]), CheckpointCB(tmp_path/'ckpt', keep_last=None)]
+    straight = scored_trainer(cbs())
+    straight.fit(4)
+    weights = straight.Scores.weights
+    t = scored_trainer(cbs())
+    t.fit(4, resume_from=tmp_path/'ckpt'/'checkpoint_0002_000000.pt')
+    assert (t.SaveBestModelCB.best, t.SaveBestModelCB.best_epoch) == (0.2, 1)
+    assert_same(t.model.state_dict(), weights[1])
+    assert_same(torch.load(tmp_path/'best.pt', weights_only=True), weights[1])
