@@ -28,9 +28,10 @@ from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.schedule import *
 from .callbacks.savers import *
+from .callbacks.export import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, savers
+from .callbacks import train, metrics, progress, introspect, schedule, savers, export
 
 _modules = (
     utils,
@@ -49,6 +50,7 @@ _modules = (
     introspect,
     schedule,
     savers,
+    export,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
