@@ -29,9 +29,10 @@ from .callbacks.introspect import *
 from .callbacks.schedule import *
 from .callbacks.savers import *
 from .callbacks.export import *
+from .callbacks.accel import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, savers, export
+from .callbacks import train, metrics, progress, introspect, schedule, savers, export, accel
 
 _modules = (
     utils,
@@ -51,6 +52,7 @@ _modules = (
     schedule,
     savers,
     export,
+    accel,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

@@ -48,6 +48,7 @@ def _check_every(name, n):
 class CheckpointCB(Callback):
     "Save a checkpoint in `dir` every `every_n_epochs` epochs and every `every_n_batches` training batches, keeping the `keep_last` newest"
     order = 100  # after the other `checkpoint` handlers: the checkpoint holds their work
+    main_process_only = True  # in a distributed run only the main process writes (`AccelerateCB`)
     def __init__(self, dir='checkpoints', # the folder of the checkpoints, made if needed
                  every_n_epochs:int=1, # save at the end of every n-th epoch (`None`: never at an epoch's end)
                  every_n_batches:int=None, # also save after every n-th training batch of each epoch
@@ -63,7 +64,7 @@ class CheckpointCB(Callback):
         n = self.every_n_epochs if at == 'epoch' else self.every_n_batches
         if n and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1: self.save(trainer)
 
-    def save(self, trainer):
+    def save(self, trainer): # the trainer whose checkpoint to write
         "Write a checkpoint named by its resume point, then remove the oldest beyond `keep_last`; returns its path"
         epoch, batch = trainer.resume_point()
         self.last = trainer.save_checkpoint(self.dir/f'checkpoint_{epoch:04d}_{batch:06d}.pt')
