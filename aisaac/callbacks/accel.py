@@ -33,7 +33,7 @@ class AccelerateCB(BasicTrainCB):
             if 'already been initialized' not in str(e): raise
             accelerate.state.AcceleratorState._reset_state(reset_partial_state=False)
             self.acc = accelerate.Accelerator(mixed_precision=mixed_precision, **accelerator_kwargs)
-        self.main_only = tuple(main_only)
+        self.main_only, self.originals = tuple(main_only), None
 
     def _main_only(self, cb):
         return getattr(cb, 'main_process_only', False) is True or any(c.__name__ in self.main_only for c in type(cb).__mro__)
@@ -41,6 +41,9 @@ class AccelerateCB(BasicTrainCB):
     def before_fit(self, trainer):
         "Prepare the model, optimizer and loaders; on the other processes, switch off the callbacks that print, log or write"
         acc, dls = self.acc, trainer.dls
+        if others := [type(cb).__name__ for cb in trainer.cbs if isinstance(cb, BasicTrainCB) and cb is not self]:
+            raise TypeError(f"AccelerateCB does the training steps itself (it is a BasicTrainCB whose backward goes through Accelerate): "
+                            f"use it instead of {', '.join(others)}, not beside it")
         if acc.num_processes > 1 and not all(isinstance(dl, torch.utils.data.DataLoader) for dl in (dls.train, dls.valid)):
             raise TypeError(f"AccelerateCB shards torch `DataLoader`s across processes (got {type(dls.train).__name__}, {type(dls.valid).__name__}): "
                             f"use `DataLoaders.from_dataset_dict(dsd, bs)` without `fast=True`, or `DataLoader(TensorDataset(x, y), bs)`")
@@ -69,6 +72,7 @@ class AccelerateCB(BasicTrainCB):
 
     def cleanup_fit(self, trainer):
         "Give the trainer back its own model (trained), optimizer and loaders, and let Accelerate forget them"
-        opt, trainer.dls.train, trainer.dls.valid = self.originals
+        if self.originals is None: return  # the fit stopped before they were prepared
+        (opt, trainer.dls.train, trainer.dls.valid), self.originals = self.originals, None
         trainer.model, trainer.opt = self.acc.unwrap_model(trainer.model, keep_fp32_wrapper=False), opt
         self.acc.free_memory()
