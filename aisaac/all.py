@@ -27,12 +27,14 @@ from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .callbacks.schedule import *
+from .callbacks.loggers import *
+from .callbacks.results import *
 from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from . import utils, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, groups
-from .callbacks import train, metrics, progress, introspect, schedule, savers, export, accel
+from .callbacks import train, metrics, progress, introspect, schedule, loggers, results, savers, export, accel
 
 _modules = (
     utils,
@@ -50,6 +52,8 @@ _modules = (
     progress,
     introspect,
     schedule,
+    loggers,
+    results,
     savers,
     export,
     accel,

@@ -37,8 +37,11 @@ class RunHistory:
         "Record `value` for metric `name`"
         if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
         steps, values = self._table(per).setdefault(name, ([], []))
-        steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
-        values.append(value.detach() if isinstance(value, torch.Tensor) else value)
+        value = value.detach() if isinstance(value, torch.Tensor) else value
+        if step is not None and steps and int(step) == steps[-1]: values[-1] = value  # the same step again: replace
+        else:
+            steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
+            values.append(value)
 
     def _get(self, name, per):
         table = self._table(per)

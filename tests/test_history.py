@@ -151,3 +151,16 @@ def test_train_metrics_are_computed_on_the_training_pass_under_their_own_name():
 def test_metrics_cb_refuses_what_is_not_a_metric():
     with pytest.raises(TypeError, match="update"): MetricsCB(acc='accuracy')
     with pytest.raises(TypeError, match="another name"): MetricsCB(train_metrics=tem.MulticlassAccuracy())
+
+def test_a_value_at_the_last_step_again_replaces_it():
+    h = RunHistory()
+    h.update_metric('acc', 0.5, step=0); h.update_metric('acc', 0.6, step=0); h.update_metric('acc', 0.7)
+    assert h.get_metric_values('acc') == [0.6, 0.7] and h.get_metric_steps('acc') == [0, 1]
+
+def test_two_metrics_cbs_record_an_epoch_at_one_step():
+    t = cls_trainer()
+    t.add_callbacks(MetricsCB(acc=tem.MulticlassAccuracy()))
+    t.fit(2, lr=0.1)
+    h = t.history
+    assert h.get_metric_steps('train_loss') == h.get_metric_steps('acc') == [0, 1]
+    assert h.get_metric_values('valid_loss') == [r['valid'] for r in t.MetricsCB.losses_epoch]

@@ -67,6 +67,7 @@ class MetricsCB(Callback):
         self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
         for v in losses.tolist(): trainer.history.update_metric(f'{split}_loss', v, per='batch')
         sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
+        if not self.row: self.step = self._next_step(trainer.history)  # the epoch's first pass: nothing of it recorded yet
         self.row.setdefault('epoch', trainer.epoch)
         self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
         ms = self.train_metrics if trainer.training else self.metrics
@@ -75,13 +76,16 @@ class MetricsCB(Callback):
         if not trainer.training or not trainer.do_valid: self._log(trainer)
         self._reset()
 
+    def _next_step(self, h):
+        return max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
+
     def state_dict(self):
         "The per-epoch and per-batch records, and the pass in progress (for a checkpoint inside an epoch), for checkpoints"
         current = {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
                    'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
         return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch, 'pass': current}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state:dict): # from `state_dict`
         "Restore the records of `state_dict`, and the pass it was in"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
         if (p := state.get('pass')) is None: return
@@ -93,10 +97,8 @@ class MetricsCB(Callback):
         row, self.row = self.row, {}
         self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
         names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
-        if names: self.metrics_epoch.append({k: row[k] for k in names})
+        if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
         values = {_loss_names.get(k, k): v for k, v in row.items() if k != 'epoch'}  # in the row's order: train, then valid
-        h = trainer.history
-        step = max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
-        for k, v in values.items(): h.update_metric(k, v, step=step)
-        trainer.log(values, step=step)
+        for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
+        trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
