@@ -20,6 +20,8 @@ from .callback import *
 from .dispatch import *
 from .registry import *
 from .trainer import *
+from .persist import *
+from .checkpoint import *
 from .data import *
 from .callbacks.train import *
 from .callbacks.metrics import *
@@ -41,10 +43,15 @@ from .callbacks.hooks import *
 from .callbacks.summary import *
 from .callbacks.visualize import *
 from .callbacks.monitors import *
+from .callbacks.savers import *
+from .callbacks.export import *
+from .callbacks.accel import *
 from .groups import *
-from . import utils, plot, models, history, callback, dispatch, registry, trainer, data, groups
+from aisaac import utils, plot, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, \
+    groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
-    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors
+    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, \
+    savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     utils,
@@ -55,6 +62,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     dispatch,
     registry,
     trainer,
+    persist,
+    checkpoint,
     data,
     train,
     metrics,
@@ -76,6 +85,9 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     summary,
     visualize,
     monitors,
+    savers,
+    export,
+    accel,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
