@@ -14,27 +14,35 @@ import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .models import *
+from .memory import *
+from .helpers import *
 from .callback import *
 from .dispatch import *
 from .registry import *
 from .trainer import *
 from .data import *
+from .collate import *
+from .learner import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
 from .groups import *
-from . import utils, models, callback, dispatch, registry, trainer, data, groups
+from . import utils, models, memory, helpers, callback, dispatch, registry, trainer, data, collate, learner, groups
 from .callbacks import train, metrics, progress, introspect
 
 _modules = (
     utils,
     models,
+    memory,
+    helpers,
     callback,
     dispatch,
     registry,
     trainer,
     data,
+    collate,
+    learner,
     train,
     metrics,
     progress,

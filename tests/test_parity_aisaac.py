@@ -213,7 +213,6 @@ def test_tut_vision_c14_trainer_c18_summarize_model():
 
 # ------------------------------------------------------------------ nbs/00_utils.ipynb
 
-@xfail('15 (h15)', "AIsaac's `get_images`")
 def test_utils_c06_dreambooth_c13_get_images():
     with tempfile.TemporaryDirectory() as d:
         for fn in ('b.png', 'a.jpg', 'c.jpeg', 'notes.txt', 'd.JPG'): (Path(d)/fn).touch()
@@ -229,20 +228,17 @@ def test_utils_c07_set_seed():
     set_seed(1, True)
     assert torch.are_deterministic_algorithms_enabled()
 
-@xfail('15 (h15)', "AIsaac's `mask2idxs`")
 def test_utils_c10_mask2idxs():
     mask = fc.L(True, False, True, False, True)
     assert mask2idxs(mask) == [0, 2, 4]
     assert mask2idxs(~mask) == [1, 3]
     assert mask2idxs(torch.tensor([False, True, True])) == [1, 2]
 
-@xfail('15 (h15)', "AIsaac's `PPDict`")
 def test_utils_c11_ppdict():
     d = PPDict(loss=0.123456789, epoch=3, time=timedelta(seconds=61.2), name='run')
     assert str(d) == "{'loss': 0.1235, 'epoch': 3, 'time': '0:01:02', 'name': 'run'}"
     assert d['loss'] == 0.123456789 and isinstance(d, dict)
 
-@xfail('15 (h15)', "AIsaac's `clean_traceback`, `clean_ipython_hist`, `clean_memory`")
 def test_utils_c14_c16_dreambooth_c09_clean_memory():
     def fail():
         big = torch.zeros(1000)
@@ -326,7 +322,6 @@ def test_utils_c34_c35_hook_hooks():
 
 # ------------------------------------------------------------------ nbs/10_dataloaders.ipynb
 
-@xfail('15 (h15)', "AIsaac's `get_dataloaders`")
 def test_dataloaders_c07_get_dataloaders():
     _dataset = sample(transformi, 500, 500)
     trn, val = get_dataloaders(_dataset['train'], _dataset['test'], 64, collate_fn=collate_dataset_dict(_dataset['train']))
@@ -335,14 +330,12 @@ def test_dataloaders_c07_get_dataloaders():
     xb, yb = next(iter(val))
     assert (xb.shape, yb.shape) == ((128, 1, 28, 28), (128,))
 
-@xfail('15 (h15)', "AIsaac's `collate_dataset_dict`")
 def test_dataloaders_c08_collate_dataset_dict():
     ds = sample(transformi, 500, 500)['train']
     xb, yb = collate_dataset_dict(ds)([ds[i] for i in range(5)])
     assert (xb.shape, yb.shape, yb.dtype) == ((5, 1, 28, 28), (5,), torch.int64)
     assert yb.tolist() == ds['label'][:5]
 
-@xfail('15 (h15)', "AIsaac's `sample_dataset_dict(dsd, (n_train, n_valid))` and its default of 500 rows per split")
 def test_dataloaders_c10_c12_sample_dataset_dict_default_and_tuple():
     _dataset = sample_dataset_dict(fashion_mnist().with_transform(transformi))
     assert {k: v.num_rows for k, v in _dataset.items()} == {'train': 500, 'test': 500}
