@@ -96,7 +96,6 @@ def test_tut_callbacks_c20_cancel_batch_skips_after_batch_not_cleanup():
     assert n == 8
     assert (rec.count('before_batch'), rec.count('predict'), rec.count('after_batch'), rec.count('cleanup_batch')) == (n, n // 2, n // 2, n)
 
-@xfail('15 (by h10)', "`with_cbs` on any object that has a `run_callbacks` method")
 def test_tut_callbacks_c21_with_cbs_on_any_object():
     "The tutorial's `with_cbs` decorates a method of any class whose `run_callbacks` takes an event name"
     class Runner:

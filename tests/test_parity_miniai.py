@@ -127,7 +127,6 @@ def test_learner_c45_progress_plot_one_point_per_batch():
     assert len(out.splitlines()) == 3  # header and one row per epoch
     assert len(learn.ProgressCB.train_losses) == 2 * len(dls.train)
 
-@xfail('10, 15 (h10, h15)', f"{LEARNER} (\"NB: No TrainCB\")")
 def test_learner_c52_c54_momentum_learner_without_train_cb():
     dls = fast_dls(transform_flat, 256, 1000, 500)
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
@@ -384,7 +383,6 @@ class SGD:
     def zero_grad(self):
         for p in self.params: p.grad.data.zero_()
 
-@xfail('10, 15 (h10, h15)', LEARNER)
 def test_sgd_c09_c11_optimizer_of_ones_own():
     dls = fast_dls(transformi, 256, 1000, 500)
     learn = TrainLearner(get_cnn(), dls, F.cross_entropy, lr=0.4, cbs=[DeviceCB()], opt_func=SGD)
