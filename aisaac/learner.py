@@ -66,10 +66,9 @@ class Learner(Trainer):
     @property
     def iter(self): "miniai's name for `batch_num`, the index of the batch in its pass"; return self.batch_num
 
-# %% ../nbs/32_learner.ipynb #c7c7c1ab
+# %% ../nbs/32_learner.ipynb #d7c2b520
 class TrainLearner(Learner):
     "miniai's `TrainLearner`: a `Learner` whose own methods do the steps of a batch, so that it needs no `TrainCB`"
-    own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')
     def predict(self): "Run the model on the inputs"; self.preds = self.model(self.batch[0])
     def get_loss(self): "Compare predictions and targets"; self.loss = self.loss_func(self.preds, self.batch[-1])
     def backward(self): "Compute the gradients"; self.loss.backward()

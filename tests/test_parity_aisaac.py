@@ -47,7 +47,6 @@ def test_tut_callbacks_c08_from_dataset_dict_batches():
     assert (xb.shape, yb.shape, yb.dtype) == ((64, 1, 28, 28), (64,), torch.int64)
     assert abs(xb.mean()) < 0.3 and 0.7 < xb.std() < 1.3  # normalised by `transformi`
 
-@xfail('15 (by h10)', "the validation loader's batch size is twice the training one")
 def test_tut_callbacks_c08_valid_batch_twice_train():
     _dataset = sample(transformi, 500, 500)
     dls = DataLoaders.from_dataset_dict(_dataset, 64, num_workers=4)
@@ -407,7 +406,6 @@ def test_training_c16_one_batch_cb_stops_the_fit_after_one_batch():
     trainer.fit()
     assert (rec.count('predict'), rec.count('step'), rec.count('after_fit'), rec.count('cleanup_fit')) == (1, 1, 0, 1)
 
-@xfail('15 (by h10)', "`OneBatchCB` runs after every other `after_batch` handler (AIsaac's order 100)")
 def test_training_c11_one_batch_cb_runs_after_other_after_batch_handlers():
     rec = Record(); rec.order = 50
     trainer = conv_trainer(fast_dls(transformi, 1024), [BasicTrainCB(), OneBatchCB(), rec])
@@ -419,9 +417,10 @@ def test_training_c17_summarize_callbacks():
     trainer = conv_trainer(fast_dls(transformi, 1024), [BasicTrainCB(), DeviceCB(), OneBatchCB()])
     trainer.fit()
     rows = [(ev, cb) for ev, cb, *_ in trainer.summarize_callbacks()]
-    assert rows == [('before_fit', 'DeviceCB'), ('before_batch', 'DeviceCB'), ('predict', 'BasicTrainCB'),
-                    ('get_loss', 'BasicTrainCB'), ('backward', 'BasicTrainCB'), ('step', 'BasicTrainCB'),
-                    ('zero_grad', 'BasicTrainCB'), ('after_batch', 'OneBatchCB')]
+    aisaac_rows = [('before_fit', 'DeviceCB'), ('before_batch', 'DeviceCB'), ('predict', 'BasicTrainCB'), ('get_loss', 'BasicTrainCB'),
+                   ('backward', 'BasicTrainCB'), ('step', 'BasicTrainCB'), ('zero_grad', 'BasicTrainCB'), ('after_batch', 'OneBatchCB')]
+    assert [r for r in rows if r in aisaac_rows] == aisaac_rows  # AIsaac's table, in its order
+    assert {cb for ev, cb in rows if (ev, cb) not in aisaac_rows} == {'OneBatchCB'}  # plus the rows of OneBatchCB's bookkeeping
 
 @xfail(11, "`BaseSchedulerCB`, `BatchSchedulerCB`, `EpochSchedulerCB`")
 def test_training_c19_c20_scheduler_callbacks():
@@ -460,7 +459,6 @@ def test_training_c23_accelerate_cb():
 
 # ------------------------------------------------------------------ nbs/42_recording.ipynb
 
-@xfail('15 (by h10)', "the validation batch size is twice the training one (`losses_batch` has 9 rows)")
 def test_recording_c11_c13_metrics_shapes():
     _dataset = sample_dataset_dict(fashion_mnist().with_transform(transformi))
     dls = DataLoaders.from_dataset_dict(_dataset, 256, fast=True)
