@@ -93,7 +93,6 @@ def test_learner_c21_completion_cb_counts_every_batch():
     learn = TrainLearner(get_mlp(), dls, F.cross_entropy, lr=0.2, cbs=[CompletionCB()])
     assert printed(lambda: learn.fit(1)) == 'Completed 3 batches\n'  # 2 training batches, 1 validation batch of 2048
 
-@xfail('10, 15 (h10, h15)', f"{LEARNER}, miniai's `SingleBatchCB`")
 def test_learner_c22_c23_single_batch_cb():
     dls = fast_dls(transform_flat, 256, 1000, 500)
     completion = CompletionCB()
@@ -167,7 +166,6 @@ def test_activations_c05_from_dd_images():
     xb, yb = next(iter(dls.train))
     assert xb.shape == (1024, 1, 28, 28) and 0 <= xb.min() and xb.max() <= 1
 
-@xfail('10, 15 (h10, h15)', "callbacks as a fastcore `L`; miniai's `Learner` and `TrainCB`")
 def test_activations_c10_c12_learner_with_cbs_plus_L():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
@@ -182,7 +180,6 @@ def test_activations_c10_c12_learner_with_cbs_plus_L():
     printed(lambda: fit(model))
     assert not same(params(model), before) and len(metrics.metrics_epoch) == 1
 
-@xfail('10, 15 (h10, h15)', "miniai's `Learner` and `TrainCB`; callbacks as a fastcore `L`")
 def test_activations_c15_c18_sequential_model_records_every_batch():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     class SequentialModel(nn.Module):
@@ -389,7 +386,6 @@ def test_sgd_c09_c11_optimizer_of_ones_own():
     learn.fit(3)
     assert isinstance(learn.opt, SGD) and learn.opt.i == 3 * len(dls.train) and learn.opt.lr == 0.4
 
-@xfail('10, 15 (h10, h15)', f"{LEARNER}, miniai's `SingleBatchCB`")
 def test_sgd_c31_c38_learner_optimizer():
     dls = fast_dls(transformi, 256, 1000, 500)
     learn = TrainLearner(get_cnn(), dls, F.cross_entropy, lr=6e-3, cbs=[DeviceCB(), SingleBatchCB()])
