@@ -370,6 +370,13 @@ def test_models_c14_get_model_conv_arguments():
     assert sum(isinstance(o, nn.BatchNorm2d) for o in m.modules()) == 4
     assert [o.out_channels for o in m.modules() if isinstance(o, nn.Conv2d)] == [8, 16, 32, 64, 10]
 
+def test_models_c12_c13_tut_vision_c09_get_model_timm():
+    "timm is left out of the suite; without it, `get_model_timm` says how to get it"
+    import importlib.util
+    if importlib.util.find_spec('timm') is None:
+        with pytest.raises(ImportError, match=r'pip install "aisaac\[timm\]"'): get_model_timm('resnet18', num_classes=10, in_chans=1)
+    else: assert get_model_timm('resnet18', num_classes=10, in_chans=1)(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+
 def test_models_c15_get_model_conv_output_shape():
     dls = DataLoaders.from_dataset_dict(sample(transformi, 500, 500), 64)
     model = get_model_conv()
