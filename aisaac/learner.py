@@ -94,10 +94,13 @@ class MomentumLearner(TrainLearner):
             for p in self.model.parameters():
                 if p.grad is not None: p.grad *= self.mom
 
-# %% ../nbs/32_learner.ipynb #cac6fe44
+# %% ../nbs/32_learner.ipynb #97aa74ee
 class RecorderCB(Callback):
     "miniai's `RecorderCB`: at each training batch, record `f(self)` for each `name=f` given (`self.pg` is the first param group)"
-    def __init__(self, **fs): self.fs = fs  # name: function of the callback, e.g. `lr=lambda cb: cb.pg['lr']`
+    def __init__(self, **fs): # name=function of the callback, e.g. `lr=lambda cb: cb.pg['lr']`
+        bad = [k for k, f in fs.items() if not callable(f)]
+        if bad: raise TypeError(f"RecorderCB records functions of the callback, e.g. `lr=lambda cb: cb.pg['lr']`; {bad} are not functions")
+        self.fs = fs
     def before_fit(self, trainer):
         "Start empty records, and keep the optimizer's first param group as `pg`"
         self.recs, self.pg, self.trainer = {k: [] for k in self.fs}, trainer.opt.param_groups[0], trainer
