@@ -44,6 +44,11 @@ def printed(f):
     with contextlib.redirect_stdout(io.StringIO()) as out: f()
     return out.getvalue()
 
+def mean_std(hook, mod, inp, outp):
+    "10_activations' first `append_stats`: the mean and std of each output"
+    if not hasattr(hook, 'stats'): hook.stats = ([], [])
+    hook.stats[0].append(to_cpu(outp).mean()); hook.stats[1].append(to_cpu(outp).std())
+
 class CompletionCB(Callback):
     def before_fit(self, learn): self.count = 0
     def after_batch(self, learn): self.count += 1
@@ -205,10 +210,7 @@ def test_activations_c15_c18_sequential_model_records_every_batch():
 def test_activations_c30_c35_hook_class():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     model = nn.Sequential(*cnn_layers())
-    def append_stats(hook, mod, inp, outp):
-        if not hasattr(hook, 'stats'): hook.stats = ([], [])
-        hook.stats[0].append(to_cpu(outp).mean()); hook.stats[1].append(to_cpu(outp).std())
-    hooks = [Hook(l, append_stats) for l in model[:5].children()]
+    hooks = [Hook(l, mean_std) for l in model[:5].children()]
     Trainer(dls, F.cross_entropy, optim.SGD, model, callbacks=[BasicTrainCB()]).fit(1, lr=0.6)
     assert [len(h.stats[0]) for h in hooks] == [len(dls.train) + len(dls.valid)] * 5
     for h in hooks: h.remove()
@@ -218,10 +220,7 @@ def test_activations_c30_c35_hook_class():
 def test_activations_c42_c44_hooks_context_manager():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     model = nn.Sequential(*cnn_layers())
-    def append_stats(hook, mod, inp, outp):
-        if not hasattr(hook, 'stats'): hook.stats = ([], [])
-        hook.stats[0].append(to_cpu(outp).mean()); hook.stats[1].append(to_cpu(outp).std())
-    with Hooks(model, append_stats) as hooks:
+    with Hooks(model, mean_std) as hooks:
         Trainer(dls, F.cross_entropy, optim.SGD, model, callbacks=[BasicTrainCB()]).fit(1, lr=0.6)
         fig, axs = plt.subplots(1, 2, figsize=(10, 4))
         for h in hooks:
