@@ -15,7 +15,9 @@ from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
 from .plot import *
 from .models import *
+from .memory import *
 from .history import *
+from .helpers import *
 from .callback import *
 from .dispatch import *
 from .registry import *
@@ -23,6 +25,8 @@ from .trainer import *
 from .persist import *
 from .checkpoint import *
 from .data import *
+from .collate import *
+from .learner import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -47,8 +51,8 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
-from aisaac import utils, plot, models, history, callback, dispatch, registry, trainer, persist, checkpoint, data, \
-    groups
+from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, trainer, persist, \
+    checkpoint, data, collate, learner, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, \
     savers, export, accel
@@ -57,7 +61,9 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     utils,
     plot,
     models,
+    memory,
     history,
+    helpers,
     callback,
     dispatch,
     registry,
@@ -65,6 +71,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     persist,
     checkpoint,
     data,
+    collate,
+    learner,
     train,
     metrics,
     progress,
