@@ -101,7 +101,7 @@ def test_peek_batch_runs_only_the_callbacks_that_prepare_batches():
     assert torch.equal(xb, first[0] * 3) and torch.equal(yb, first[1])
     assert t.Counter.fits == 1
     t.dls = DataLoaders([], [])
-    with pytest.raises(ValueError, match='training loader gave no batch'): t.peek_batch()
+    with pytest.raises(ValueError, match=r'`dls.train` gave no batch .*it is empty'): t.peek_batch()
 
 
 # Images ---------------------------------------------------------------------------------------------------------------
