@@ -27,7 +27,7 @@ def seen(*cbs, x=None):
 
 neg = partial(tfm_batch, tfm_x=torch.neg)
 
-@pytest.mark.parametrize('kw,train,valid', [({}, True, True), ({'on_valid': True}, True, True), ({'on_train': False}, False, False),
+@pytest.mark.parametrize('kw,train,valid', [({}, True, True), ({'on_valid': True}, True, True), ({'on_train': False}, False, True),
                                             ({'on_train': False, 'on_valid': True}, False, True), ({'on_val': True}, True, True),
                                             ({'on_valid': True, 'on_val': False}, True, False)])
 def test_batch_transform_cb_where_it_acts(kw, train, valid):
