@@ -49,7 +49,7 @@ def test_default_filter_hooks_every_module_and_a_new_fit_starts_new_series():
     stats = ActivationStatsCB()
     t = conv_trainer(stats)
     t.fit(1, lr=0.01)
-    assert len(stats) == len(list(t.model.modules())) == 15
+    assert len(stats) == len(list(t.model.modules())) == 16  # get_model_conv: 5 conv blocks (each a Sequential, the last without activation), their parts, Flatten, the model
     t.fit(1, lr=0.01)
     assert {len(h.stats[0]) for h in stats} == {3}
 
@@ -136,7 +136,7 @@ def test_plots_have_one_panel_per_hooked_module_with_titles_and_labels():
         plot()
         fig = plt.gcf()
         panels = [ax for ax in fig.axes if ax.axison]
-        assert len(panels) == 15
+        assert len(panels) == 16
         assert [ax.get_title() for ax in panels] == [h.name for h in stats]
         assert fig._supxlabel.get_text() == 'training batch' and fig._supylabel.get_text()
         plt.close(fig)
@@ -144,7 +144,7 @@ def test_plots_have_one_panel_per_hooked_module_with_titles_and_labels():
     fig = plt.gcf()
     assert [ax.get_xlabel() for ax in fig.axes] == ['training batch'] * 2
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [h.name for h in stats]
-    assert all(len(ax.lines) == 15 for ax in fig.axes)
+    assert all(len(ax.lines) == 16 for ax in fig.axes)
     plt.close(fig)
 
 
