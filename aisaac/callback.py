@@ -9,7 +9,7 @@ __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochExce
            'CancelBackwardException', 'CancelStepException', 'with_cbs']
 
 # %% ../nbs/10_callback.ipynb #6293b19e
-import functools, inspect
+import collections.abc, functools, inspect, os, traceback
 
 # %% ../nbs/10_callback.ipynb #734d67a2
 class Callback:
@@ -30,10 +30,12 @@ class CancelStepException(CancelException):     "Raise from `before_step` to `ze
 class with_cbs:
     "Run `before_{nm}`, the method, `after_{nm}` and always `cleanup_{nm}`; `exception` cancels the rest of the phase"
     skip_unwatched = True  # phases whose callbacks are added while they run (construction) set this to False
-    def __init__(self, nm:str, exception:type=None):
+    def __init__(self, nm:str, # the phase's name: its events are `before_{nm}`, `after_{nm}`, `cleanup_{nm}`, `around_{nm}`
+                 exception:type=None): # the `Cancel...Exception` that ends the phase early, without an error
         self.nm, self.exception = nm, exception or _NeverRaised
         self.events = _phase_events(nm)
     def __call__(self, f):
+        "Wrap the method `f` in the phase"
         sig = inspect.signature(f)
         takes_args = len(sig.parameters) > 1
         events, skip_unwatched, cancel = self.events, self.skip_unwatched, self.exception  # locals: read faster than attributes
@@ -47,12 +49,15 @@ class with_cbs:
             return res
         @functools.wraps(f)
         def _f(o, *args, **kwargs):
-            phase = o._plan_of(events)  # the handlers of all four events, and `parts`: each event's
+            try: phase = o._plan_of(events)  # the handlers of all four events, and `parts`: each event's
+            except AttributeError:
+                if hasattr(o, '_plan_of'): raise
+                return _plain_phase(o, f, args, kwargs, events, cancel)  # an object with only a `run_callbacks` method
             if skip_unwatched and not phase:  # nobody listens: run it, honouring its cancel
                 try: return f(o, *args, **kwargs) if args or kwargs else f(o)  # no unpacking when there is nothing to unpack: 100 ns less
                 except cancel: return None
             _, _, cleanup_plan, around_plan = phase.parts
-            table = o._table  # replaced by a new one if callbacks are added or removed during the phase
+            table, err = o._table, None  # the table is replaced by a new one if callbacks are added or removed during the phase
             try:
                 if around_plan:
                     with o._contexts(around_plan): res = body(o, args, kwargs)
@@ -61,10 +66,10 @@ class with_cbs:
                 return res
             except cancel: o.outcome = 'cancelled'
             except BaseException as e:
-                o.outcome, o.exception = _outcome(e), e
+                o.outcome, o.exception, err = _outcome(e), e, e
                 raise
-            finally:
-                if cleanup_plan or o._table is not table: o.run_callbacks(cleanup)
+            finally:  # every cleanup handler runs; what fails in them goes on `err` as a note, or is raised when there is no `err`
+                if cleanup_plan or o._table is not table: o._run_all(cleanup, err)
         _f.phase = self.nm
         return _f
 
@@ -78,3 +83,166 @@ def _outcome(e):
     "How a phase ended, for its `cleanup_` handlers: 'cancelled', 'interrupted' or 'error'"
     if isinstance(e, CancelException): return 'cancelled'
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
+
+def _plain_phase(o, f, args, kwargs, events, cancel):
+    "The phase on an object that is no `CallbackMixin` but has a `run_callbacks(event)` method (the AIsaac tutorial's own trainer)"
+    if not callable(getattr(o, 'run_callbacks', None)):
+        raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: "
+                        f"subclass `CallbackMixin` (from aisaac.dispatch), or write a `run_callbacks` method")
+    before, after, cleanup, _ = events
+    try:
+        o.run_callbacks(before)
+        res = f(o, *args, **kwargs)
+        o.run_callbacks(after)
+        return res
+    except cancel: return None
+    finally: o.run_callbacks(cleanup)
+
+# %% ../nbs/10_callback.ipynb #ab018e78
+def _settle(err, failures):
+    "`err`, an error on its way out, keeps going with `failures` as notes; with none (or only a cancel), raise the first failure, errors before cancels"
+    if err is not None and not isinstance(err, CancelException):
+        for e in failures: err.add_note(_also(e))
+        return
+    errors = [e for e in failures if not isinstance(e, CancelException)]
+    if not errors and err is not None: return  # a cancel on its way out: later cancels change nothing
+    first = (errors or failures)[0]
+    for e in failures:
+        if e is not first: first.add_note(_also(e))
+    raise first
+
+def _also(e):
+    "A note for an exception that was raised while another one was already on its way out"
+    tb = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+    at = f" ({os.path.basename(tb[0].filename)}:{tb[0].lineno})" if tb else ''
+    notes = [n for n in getattr(e, '__notes__', ()) if n.startswith('raised in callback ')]
+    return f"also raised on the way out: {type(e).__name__}: {e}{at}" + (f", {notes[-1]}" if notes else '')
+
+class _Around:
+    "The `around_` handlers of a phase as one context manager: each entered in turn, exited in reverse, under its callback's `on_error` (`owner._failed`)"
+    def __init__(self, owner, handlers): self.owner, self.handlers, self.open = owner, handlers, []
+
+    def _fails(self, e, cb, ev):
+        "Whether the failure `e` of an `around_` handler must propagate (by its callback's error policy)"
+        return not isinstance(e, Exception) or isinstance(e, CancelException) or self.owner._failed(e, ev, cb)
+
+    def __enter__(self):
+        for f, _, cb, ev in self.handlers:
+            try:
+                gen = f(self.owner)
+                if not inspect.isgenerator(gen): raise TypeError(f"{self._name(cb, ev)} must be a generator that yields once")
+                next(gen)
+            except BaseException as e:
+                fail = RuntimeError(f"{self._name(cb, ev)} returned without yielding: an around_ hook must yield exactly once") \
+                       if isinstance(e, StopIteration) else e
+            else:
+                self.open.append((gen, cb, ev))
+                continue
+            if self._fails(fail, cb, ev):
+                self.__exit__(type(fail), fail, fail.__traceback__)  # exit those entered before it
+                raise fail
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        err = exc  # the exception on its way out, replaced only if it is `None` or a cancel
+        while self.open:
+            gen, cb, ev = self.open.pop()
+            try:
+                if err is None: next(gen)
+                else: gen.throw(err)
+            except StopIteration:
+                if err is None: continue
+                fail = RuntimeError(f"{self._name(cb, ev)} swallowed {type(err).__name__}: an around_ hook must let exceptions through "
+                                    f"(use `try: yield` / `finally:`); to end a phase early, raise its Cancel exception")
+            except BaseException as e:
+                if e is err: continue  # it went through, as it should
+                fail = e
+            else:
+                gen.close()
+                fail = RuntimeError(f"{self._name(cb, ev)} yielded more than once: an around_ hook must yield exactly once")
+            if not self._fails(fail, cb, ev): continue
+            if err is None or isinstance(err, CancelException): err = fail
+            else: err.add_note(_also(fail))
+        if err is not exc: raise err
+        return False
+
+    def _name(self, cb, ev): return self.owner._where(cb, ev)
+
+# %% ../nbs/10_callback.ipynb #e2457782
+_policies = ('raise', 'warn', 'ignore')
+
+def _check_callback(cb):
+    if isinstance(cb, type):
+        raise TypeError(f"{cb.__name__} is a class, not a callback: pass an instance, e.g. `{cb.__name__}()`")
+    if cb is None or isinstance(cb, (str, bytes, int, float)):
+        raise TypeError(f"{cb!r} is not a callback: pass objects with hook methods such as `before_batch`")
+    if (policy := getattr(cb, 'on_error', 'raise')) not in _policies:
+        raise ValueError(f"{type(cb).__name__}.on_error is {policy!r}, which is no error policy: use 'raise' (the default), 'warn' or 'ignore'")
+
+def _listify(o, what='callbacks'):
+    "The callbacks in `o`: none for `None`; the items of a list, tuple, fastcore `L`, generator or other ordered iterable; else `o` itself"
+    if o is None: return []
+    if isinstance(o, (list, tuple)): return list(o)
+    if isinstance(o, (set, frozenset, collections.abc.Mapping)):
+        kind = 'dict' if isinstance(o, collections.abc.Mapping) else 'set'
+        raise TypeError(f"{what} is a {kind}, which has no order, and callbacks of equal `order` run in the order given: "
+                        f"pass a list instead" + (" (`list(d.values())`)" if kind == 'dict' else ''))
+    if isinstance(o, collections.abc.Iterable) and not isinstance(o, (Callback, str, bytes, type)): return list(o)
+    return [o]
+
+def _members(cb):
+    "The members of the group `cb` (its `callbacks` attribute), as a list"
+    ms = getattr(cb, 'callbacks', None)
+    if isinstance(ms, collections.abc.Iterator):  # a generator would be used up by adding the group, and removing it would find no members
+        raise TypeError(f"{type(cb).__name__}.callbacks is a one-shot iterator: make it a list, e.g. `self.callbacks = [...]`")
+    return _listify(ms, f'{type(cb).__name__}.callbacks')
+
+_DONE = object()
+
+def _flatten(cb):
+    "`cb` and, depth first, the members of its `callbacks` attribute (a group's) and theirs; a group that contains itself is an error"
+    res, path, on_path, todo = [], [], set(), [iter([cb])]  # no recursion: groups may nest deeper than Python's recursion limit
+    while todo:
+        c = next(todo[-1], _DONE)
+        if c is _DONE:
+            todo.pop()
+            if path: on_path.discard(id(path.pop()))
+            continue
+        if id(c) in on_path:
+            cycle = path[next(i for i, p in enumerate(path) if p is c):] + [c]
+            raise ValueError(f"The callback group {type(c).__name__} contains itself ({' -> '.join(type(p).__name__ for p in cycle)}): "
+                             f"remove it from its members' `callbacks`")
+        res.append(c); path.append(c); on_path.add(id(c)); todo.append(iter(_members(c)))
+    return res
+
+# %% ../nbs/10_callback.ipynb #89c00821
+_not_hooks = {'run_event', 'state_dict', 'load_state_dict', 'callbacks', 'custom_events', 'on_error', 'order', 'core'}
+
+def _distance(a, b):
+    "Edit distance between `a` and `b`, counting a swap of two neighbours as one edit"
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i-1][j] + 1, d[i][j-1] + 1, d[i-1][j-1] + (a[i-1] != b[j-1]))
+            if i > 1 and j > 1 and a[i-1] == b[j-2] and a[i-2] == b[j-1]: d[i][j] = min(d[i][j], d[i-2][j-2] + 1)
+    return d[-1][-1]
+
+def _check_hooks(cb, known, foreign=None):
+    "Raise if `cb` has a method that looks like an event in `known` (or another library's hook, in `foreign`) but is none"
+    cls = type(cb).__name__
+    for name in dir(type(cb)):
+        f = getattr(type(cb), name, None)
+        if name.startswith('around_') and inspect.isfunction(f) and not inspect.isgeneratorfunction(f):
+            raise TypeError(f"{cls}.{name} must be a generator that yields once (`...set up...; yield; ...tear down...`), "
+                            f"or it cannot wrap the phase")
+    if known is None or callable(getattr(cb, 'run_event', None)): return
+    for name in dir(type(cb)):
+        if name.startswith('_') or name in known or name in _not_hooks or not callable(getattr(cb, name, None)): continue
+        if name in (foreign or {}):
+            raise AttributeError(f"{cls}.{name} is another library's hook name, so it would never run here: "
+                                 f"aisaac calls it {foreign[name]}. If it is an event of your own, list it in `{cls}.custom_events`.")
+        closest = min(known, key=lambda e: _distance(name, e))
+        near = len(name) >= 5 and _distance(name, closest) <= (1 if len(name) <= 7 else 2)
+        if near or name.startswith(('before_', 'after_', 'cleanup_', 'around_')):
+            raise AttributeError(f"{cls}.{name} is not an event, so it would never run: did you mean {closest!r}? "
+                                 f"If it is an event of your own, list it in `{cls}.custom_events`.")

@@ -10,7 +10,7 @@ __all__ = ['fashion_classes', 'fashion_features', 'fashion_mnist_dir', 'fashion_
            'sample_dataset_dict', 'collate_dict', 'TensorLoader', 'valid_split', 'to_tensors', 'DataLoaders']
 
 # %% ../nbs/30_data.ipynb #a75d951d
-import os, gzip, struct, zlib, hashlib, shutil, tempfile, math, copy, warnings
+import os, gzip, struct, sys, sysconfig, types, zlib, hashlib, shutil, tempfile, math, copy, warnings
 from collections import OrderedDict
 from operator import itemgetter
 from pathlib import Path
@@ -26,14 +26,23 @@ from .dispatch import CallbackMixin
 
 # %% ../nbs/30_data.ipynb #f821db0d
 _idx_dtypes = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
+_idx_fix = ("get the file again (Debian/Ubuntu: `sudo apt-get install --reinstall dataset-fashion-mnist`), or point `AISAAC_DATA` "
+            "(or `path=`) to a folder with good copies")
 
 def read_idx(fn): # path of an IDX file, gzipped or not
-    "Read the IDX file `fn` into a NumPy array"
+    "Read the IDX file `fn` into a NumPy array; a file that is empty, truncated or damaged is an error naming it"
     raw = Path(fn).read_bytes()
-    if raw[:2] == b'\x1f\x8b': raw = gzip.decompress(raw)
-    zero, code, ndim = struct.unpack('>HBB', raw[:4])
-    if zero != 0 or code not in _idx_dtypes: raise ValueError(f"{fn} is not an IDX file")
-    shape = struct.unpack(f'>{ndim}I', raw[4:4+4*ndim])
+    try:
+        if raw[:2] == b'\x1f\x8b': raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as e: raise ValueError(f"{fn} is a damaged gzip file ({e}): {_idx_fix}") from e
+    zero, code, ndim = struct.unpack('>HBB', raw[:4]) if len(raw) >= 4 else (None, None, 0)
+    if zero != 0 or code not in _idx_dtypes:
+        raise ValueError(f"{fn} is not an IDX file ({'it is empty' if not raw else 'no IDX header'}): {_idx_fix}")
+    shape = struct.unpack(f'>{ndim}I', raw[4:4+4*ndim]) if len(raw) >= 4+4*ndim else None
+    size = None if shape is None else 4 + 4*ndim + math.prod(shape) * np.dtype(_idx_dtypes[code]).itemsize
+    if size != len(raw):
+        raise ValueError(f"{fn} is {'truncated' if size is None or len(raw) < size else 'damaged'}: {len(raw)} bytes where its header "
+                         f"announces {size if size else 'more'} (an array of shape {shape}): {_idx_fix}")
     return np.frombuffer(raw, dtype=_idx_dtypes[code], offset=4+4*ndim).reshape(shape).astype(_idx_dtypes[code][1:])
 
 # %% ../nbs/30_data.ipynb #ac02853f
@@ -65,10 +74,19 @@ def png_bytes(imgs:np.ndarray, # `uint8` array of grayscale images, N×H×W
     return [head + _png_chunk(b'IDAT', zlib.compress(r.tobytes(), level)) + tail for r in rows]
 
 # %% ../nbs/30_data.ipynb #2fc91e26
+def _check_split(img_fn, imgs, lbl_fn, lbls):
+    "Refuse a pair of IDX files that are not Fashion-MNIST images and their labels"
+    bad = (f"{img_fn} holds an array of shape {imgs.shape}, not images (N, 28, 28)" if imgs.ndim != 3 else
+           f"{lbl_fn} holds an array of shape {lbls.shape}, not labels (N,)" if lbls.ndim != 1 else
+           f"{img_fn} holds {len(imgs)} images but {lbl_fn} holds {len(lbls)} labels" if len(imgs) != len(lbls) else
+           f"{lbl_fn} holds labels outside 0..9 ({lbls.min()}..{lbls.max()})" if len(lbls) and (lbls.min() < 0 or lbls.max() > 9) else None)
+    if bad: raise ValueError(f"{bad}: the files do not belong together, or one is damaged; {_idx_fix}")
+
 def idx_dataset_dict(files:dict): # `{split: (images_file, labels_file)}` as returned by `find_idx`
     "Read Fashion-MNIST IDX `files` into a `DatasetDict` with the hub's schema"
     def _split(img_fn, lbl_fn):
         imgs, lbls = read_idx(img_fn), read_idx(lbl_fn)
+        _check_split(img_fn, imgs, lbl_fn, lbls)
         rows = [{'bytes': b, 'path': None} for b in png_bytes(imgs)]
         return Dataset.from_dict({'image': rows, 'label': lbls.astype(np.int64)}, features=fashion_features)
     return DatasetDict({split: _split(*fns) for split, fns in files.items()})
@@ -131,10 +149,24 @@ def _save_quietly(dsd, path):
 
 def _load_idx_cached(files):
     dest = cache_dir()/_cache_key(files)
-    if dest.exists(): return datasets.load_from_disk(str(dest))
+    if dest.exists():
+        try: return _checked_cache(datasets.load_from_disk(str(dest)), files)
+        except Exception as e:
+            warnings.warn(f"The Fashion-MNIST cache {dest} is unreadable or does not match the IDX files ({type(e).__name__}: {e}); "
+                          f"reading the IDX files instead. Delete the folder {dest} to have it made again.")
+            return idx_dataset_dict(files)
     dsd = idx_dataset_dict(files)
     if not _write_cache(dest, lambda path: _save_quietly(dsd, path), 'data'): return dsd
     return datasets.load_from_disk(str(dest))  # memory-mapped, like later calls
+
+
+def _checked_cache(dsd, files):
+    "`dsd`, loaded from the cache, if its splits have the schema and the row counts of the label files in `files`"
+    for split, (_, lbl_fn) in files.items():
+        n = len(read_idx(lbl_fn))  # a few kB: the labels say how many rows the split has
+        if dsd[split].features != fashion_features or dsd[split].num_rows != n or len(dsd[split].data.column(1)) != n:
+            raise ValueError(f"its {split!r} split has {dsd[split].num_rows} rows and features {dsd[split].features}, expected {n} rows")
+    return dsd
 
 # %% ../nbs/30_data.ipynb #7d3bbac6
 def load_fashion_mnist(path=None): # folder holding the four Fashion-MNIST IDX files (gzipped or not)
@@ -180,7 +212,7 @@ def collate_dict(ds): # the dataset whose features give the order of the tuple
 
 # %% ../nbs/30_data.ipynb #bea7e5f1
 class TensorLoader:
-    "Batches of rows of `tensors`, drawn by index slicing, as tuples"
+    "Batches of rows of `tensors`, drawn by index slicing, as tuples; each batch is a copy, never a view of `tensors`"
     def __init__(self, *tensors:torch.Tensor, # tensors with the same first dimension, e.g. `x` and `y`
                  bs:int=64, # batch size
                  shuffle:bool=False, # draw a new random order every epoch
@@ -189,8 +221,12 @@ class TensorLoader:
                  pin_memory:bool=False, # put batches in pinned memory (CUDA only), for `non_blocking` copies
                  device=None, # move all of `tensors` to this device once
                  tfm=None): # called on each batch tuple, e.g. for augmentation
+        if bad := [type(t).__name__ for t in tensors if not isinstance(t, torch.Tensor) or t.ndim == 0]:
+            raise TypeError(f"TensorLoader takes torch tensors with a first dimension, got {bad}: convert NumPy arrays with "
+                            f"`torch.from_numpy(a)`, lists with `torch.tensor(l)`")
         if not tensors or any(len(t) != len(tensors[0]) for t in tensors):
             raise ValueError(f"TensorLoader needs tensors with the same length, got {[len(t) for t in tensors]}")
+        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1: raise ValueError(f"`bs` is the batch size, a whole number of 1 or more (got {bs!r})")
         if device is not None: tensors = tuple(t.to(device) for t in tensors)
         self.tensors, self.n = tuple(tensors), len(tensors[0])
         self.pin_memory = pin_memory and torch.cuda.is_available() and tensors[0].device.type == 'cpu'
@@ -198,15 +234,15 @@ class TensorLoader:
         store_attr('bs,shuffle,drop_last,tfm')
 
     @property
-    def dataset(self): return TensorDataset(*self.tensors)
+    def dataset(self): "The tensors as a `TensorDataset`"; return TensorDataset(*self.tensors)
     @property
-    def batch_size(self): return self.bs
+    def batch_size(self): "The batch size, as torch's `DataLoader` names it"; return self.bs
     def __len__(self): return self.n // self.bs if self.drop_last else math.ceil(self.n / self.bs)
 
     def __iter__(self):
         if self.shuffle: idxs = torch.randperm(self.n, generator=self.generator).to(self.tensors[0].device)
-        for i in range(0, len(self) * self.bs, self.bs):
-            b = tuple(t.index_select(0, idxs[i:i+self.bs]) if self.shuffle else t[i:i+self.bs] for t in self.tensors)
+        for i in range(0, len(self) * self.bs, self.bs):  # `index_select` copies; a slice would be a view, so it is cloned
+            b = tuple(t.index_select(0, idxs[i:i+self.bs]) if self.shuffle else t[i:i+self.bs].clone() for t in self.tensors)
             if self.pin_memory: b = tuple(o.pin_memory() for o in b)
             yield b if self.tfm is None else self.tfm(b)
 
@@ -231,37 +267,74 @@ def _col_tensor(vals, feat):
     x = torch.as_tensor(np.asarray(vals))
     return x.long() if not x.is_floating_point() and not x.dtype == torch.bool else x
 
+def _rows(ds, i, j):
+    "Rows `i:j` of `ds` (through its transform) as a list of column tensors, in feature order"
+    b = ds[i:j]
+    return [_col_tensor(b[k], ds.features.get(k)) for k in [k for k in ds.features if k in b] + [k for k in b if k not in ds.features]]
+
 def _convert(ds, chunk):
     "The columns of `ds` as tensors, read `chunk` rows at a time"
-    parts = []
-    for i in range(0, len(ds), chunk):
-        b = ds[i:i+chunk]
-        cols = [k for k in ds.features if k in b] + [k for k in b if k not in ds.features]
-        parts.append([_col_tensor(b[k], ds.features.get(k)) for k in cols])
-    return tuple(torch.cat(o) for o in zip(*parts))
+    return tuple(torch.cat(o) for o in zip(*[_rows(ds, i, i+chunk) for i in range(0, len(ds), chunk)]))
+
+_lib_dirs = tuple({sysconfig.get_paths()[k] for k in ('stdlib', 'purelib', 'platlib')})
+
+def _code_digest(f):
+    "A digest of the code that `f` runs: its bytecode and constants, plain values it reads, and the code of the functions it calls or wraps "
+    "that are not installed libraries, recursively (so an edit to a transform in your own module changes it)"
+    h, seen, todo = hashlib.sha256(), set(), [f]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen: continue
+        seen.add(id(o))
+        o = getattr(o, '__func__', getattr(o, 'func', o))  # a method's function, a `functools.partial`'s
+        if not isinstance(o, types.FunctionType):
+            if isinstance(call := getattr(type(o), '__call__', None), types.FunctionType): todo.append(call)  # a callable object
+            continue
+        if (getattr(o.__code__, 'co_filename', '') or '').startswith(_lib_dirs): continue  # an installed library: its version is in the key
+        codes = [o.__code__]
+        while codes:
+            c = codes.pop()
+            h.update(c.co_code + repr(c.co_names).encode())
+            for k in c.co_consts: codes.append(k) if isinstance(k, types.CodeType) else h.update(repr(k).encode())
+            for name in c.co_names:
+                v = o.__globals__.get(name)
+                if isinstance(v, (int, float, str, bytes, bool, tuple)): h.update(f'{name}={v!r}'.encode())
+                elif callable(v): todo.append(v)
+        todo += [c.cell_contents for c in o.__closure__ or () if c.cell_contents is not None and callable(c.cell_contents)]
+        h.update(repr([c.cell_contents for c in o.__closure__ or () if isinstance(c.cell_contents, (int, float, str, bool, tuple))]).encode())
+    return h.hexdigest()[:16]
 
 def _tensors_file(ds, key):
     "The disk cache file for `key` (see `to_tensors`), or `None` when `ds` is not on disk or its transform cannot be hashed"
     if not ds.cache_files: return None  # an in-memory split's fingerprint is random: a file would never be read again
-    try: tfm = Hasher.hash(key[-1])
+    try: tfm = Hasher.hash(key[-2])
     except Exception: return None
-    desc = '|'.join(map(str, (*key[:-1], tfm, len(ds), __version__, torch.__version__, datasets.__version__)))
+    desc = '|'.join(map(str, (*key[:-2], tfm, key[-1], len(ds), __version__, torch.__version__, datasets.__version__)))
     return cache_dir()/'tensors'/f"{hashlib.sha256(desc.encode()).hexdigest()[:24]}.pt"
 
-def _load_tensors(fn):
-    try: return tuple(torch.load(fn, weights_only=True))
+def _load_tensors(fn, ds):
+    "The tensors cached in `fn`, if they match the split `ds`: its row count, and the columns, dtypes and shapes of its first row"
+    try: res = tuple(torch.load(fn, weights_only=True))
     except Exception as e:
         warnings.warn(f"Ignoring the unreadable tensor cache {fn} ({type(e).__name__}: {e}); converting again")
+        return None
+    want = _rows(ds, 0, 1)
+    got = [(type(t).__name__, getattr(t, 'dtype', None), tuple(getattr(t, 'shape', ()))) for t in res]
+    if got != [('Tensor', w.dtype, (len(ds), *w.shape[1:])) for w in want]:
+        warnings.warn(f"Ignoring the tensor cache {fn}, which does not match the split (it holds {got}); converting again")
+        return None
+    return res
 
 def to_tensors(ds:Dataset, # a split, with or without a transform
                chunk:int=10_000, # rows read (and transformed) at a time
                cache:bool=True): # also keep the tensors on disk, for the next run (splits stored on disk only)
-    "The columns of `ds` as tensors, in feature order, with `ds`'s transform applied if it has one"
+    "The columns of `ds` as tensors, in feature order, with `ds`'s transform applied if it has one (shared with the cache: do not change them in place)"
     fmt = ds.format
-    key = (ds._fingerprint, fmt['type'], tuple(fmt['columns'] or ()), fmt['format_kwargs'].get('transform'))
+    tfm = fmt['format_kwargs'].get('transform')
+    key = (ds._fingerprint, fmt['type'], tuple(fmt['columns'] or ()), tfm, tfm and _code_digest(tfm))
     if key in _converted: return _converted[key]
     fn = _tensors_file(ds, key) if cache else None
-    res = _load_tensors(fn) if fn is not None and fn.exists() else None
+    res = _load_tensors(fn, ds) if fn is not None and fn.exists() else None
     if res is None:
         res = _convert(ds, chunk)
         if fn is not None: _write_cache(fn, lambda path: torch.save(list(res), path), 'tensor')
@@ -279,19 +352,21 @@ class DataLoaders(CallbackMixin):
 
     @classmethod
     def from_dataset_dict(cls, dsd:DatasetDict, # a `train` split and one of `valid`, `validation` or `test`
-                          batch_size:int=64, # batch size
+                          batch_size:int=64, # batch size of the training loader
                           fast:bool=False, # convert the splits to tensors once and serve them with `TensorLoader`
+                          valid_batch_size:int=None, # batch size of the validation loader; default twice `batch_size`, as AIsaac and miniai do
                           **kwargs): # passed to torch's `DataLoader`, or to `TensorLoader` if `fast`
         "`DataLoaders` for the `train` split and the validation split of `dsd`"
         if 'train' not in dsd: raise ValueError(f"No 'train' split in this DatasetDict: found {list(dsd)}")
         trn, val = dsd['train'], dsd[valid_split(dsd)]
         lbl = [f for f in trn.features.values() if isinstance(f, ClassLabel)]
         classes = lbl[0].names if lbl else None
+        vbs = 2 * batch_size if valid_batch_size is None else valid_batch_size
         if fast:
             return cls(TensorLoader(*to_tensors(trn), bs=batch_size, shuffle=True, **kwargs),
-                       TensorLoader(*to_tensors(val), bs=batch_size, **kwargs), classes)
-        return cls(*[DataLoader(ds, batch_size, shuffle=shuffle, collate_fn=collate_dict(ds), **kwargs)
-                     for ds, shuffle in ((trn, True), (val, False))], classes)
+                       TensorLoader(*to_tensors(val), bs=vbs, **kwargs), classes)
+        return cls(*[DataLoader(ds, bs, shuffle=shuffle, collate_fn=collate_dict(ds), **kwargs)
+                     for ds, bs, shuffle in ((trn, batch_size, True), (val, vbs, False))], classes)
 
 # %% ../nbs/30_data.ipynb #abc5dd47
 @patch

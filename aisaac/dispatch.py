@@ -8,18 +8,13 @@ Docs: https://aisaac-dev.github.io/aisaac/dispatch.html.md"""
 __all__ = ['CallbackMixin']
 
 # %% ../nbs/11_dispatch.ipynb #52d0ea86
-import collections, contextlib, functools, inspect, itertools, warnings, weakref
+import collections, functools, inspect, itertools, warnings, weakref
 from fastcore.basics import patch
-from .callback import Callback, CancelException, with_cbs, _phase_events
+from .callback import (Callback, CancelException, with_cbs, _phase_events, _check_callback, _check_hooks, _listify,
+                             _flatten, _settle, _Around)
 
 # %% ../nbs/11_dispatch.ipynb #1127b05b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
-
-def _check_callback(cb):
-    if isinstance(cb, type):
-        raise TypeError(f"{cb.__name__} is a class, not a callback: pass an instance, e.g. `{cb.__name__}()`")
-    if cb is None or isinstance(cb, (str, int, float)):
-        raise TypeError(f"{cb!r} is not a callback: pass objects with hook methods such as `before_batch`")
 
 def _kwarg_names(f):
     "The keyword arguments `f` accepts after the trainer: a set of names, or `None` for all (`**kwargs`)"
@@ -34,14 +29,6 @@ def _handler(cb, event):
     f = getattr(cb, event, None)
     return f if callable(f) else None
 
-def _listify(o):
-    if o is None: return []
-    return list(o) if isinstance(o, (list, tuple)) else [o]
-
-def _flatten(cb):
-    "`cb` and, recursively, the members of its `callbacks` attribute (a group's)"
-    return [cb] + [m for c in _listify(getattr(cb, 'callbacks', None)) for m in _flatten(c)]
-
 # %% ../nbs/11_dispatch.ipynb #c7a2a41c
 def _name_of(owner, cb):
     "The name of `cb` on `owner` (`MetricsCB_1`), its class name, or `owner`'s class name for callbacks declared on the class (`cb` is `None`)"
@@ -49,38 +36,30 @@ def _name_of(owner, cb):
     entry = owner._entries.get(id(cb)) or _global_entries.get(id(cb))
     return entry.name if entry else type(cb).__name__
 
-_not_hooks = {'run_event', 'state_dict', 'load_state_dict', 'callbacks', 'custom_events', 'on_error', 'order', 'core'}
-
 def _phases(cls):
     "The phase names made by `with_cbs` on the methods of `cls` and its parents"
     return {f.phase for c in cls.__mro__ for f in vars(c).values() if hasattr(f, 'phase')}
 
+def _class_events(cls):
+    "The events a class with callbacks fires: its `events` and those of its phases"
+    events = set(getattr(cls, 'events', ())) | {e for p in _phases(cls) for e in _phase_events(p)}
+    return events | {f'around_{e[7:]}' for e in events if e.startswith('before_')}
+
 def _known_events(owner, cb):
-    "The events `owner` fires, or `None` if it declares none (nothing to check against)"
-    phases, events = _phases(type(owner)), set(getattr(owner, 'events', ()))
-    if not (phases or events): return None
-    events |= {e for p in phases for e in _phase_events(p)}
-    return events | {f'around_{e[7:]}' for e in events if e.startswith('before_')} | set(getattr(cb, 'custom_events', ()))
+    "The events `owner` fires (any class's, for a global callback: `owner` is `None`), or `None` if none are declared"
+    if owner is None: events = set().union(*map(_class_events, _subclasses(CallbackMixin)))
+    else: events = _class_events(type(owner))
+    return (events | set(getattr(cb, 'custom_events', ()))) if events else None
 
-def _distance(a, b):
-    "Edit distance between `a` and `b`, counting a swap of two neighbours as one edit"
-    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
-    for i in range(1, len(a) + 1):
-        for j in range(1, len(b) + 1):
-            d[i][j] = min(d[i-1][j] + 1, d[i][j-1] + 1, d[i-1][j-1] + (a[i-1] != b[j-1]))
-            if i > 1 and j > 1 and a[i-1] == b[j-2] and a[i-2] == b[j-1]: d[i][j] = min(d[i][j], d[i-2][j-2] + 1)
-    return d[-1][-1]
+def _foreign_hooks(owner):
+    "Other libraries' hook names with the event to use instead, as `owner`'s class lists them (every class's, for `None`)"
+    classes = _subclasses(CallbackMixin) if owner is None else [type(owner)]
+    return {k: v for cls in classes for k, v in getattr(cls, 'foreign_hooks', {}).items()}
 
-def _check_hooks(cb, known):
-    "Raise if `cb` has a method that looks like an event in `known` but is none"
-    if known is None or callable(getattr(cb, 'run_event', None)): return
-    for name in dir(type(cb)):
-        if name.startswith('_') or name in known or name in _not_hooks or not callable(getattr(cb, name, None)): continue
-        closest = min(known, key=lambda e: _distance(name, e))
-        near = len(name) >= 5 and _distance(name, closest) <= (1 if len(name) <= 7 else 2)
-        if near or name.startswith(('before_', 'after_', 'cleanup_', 'around_')):
-            raise AttributeError(f"{type(cb).__name__}.{name} is not an event, so it would never run: did you mean {closest!r}? "
-                                 f"If it is an event of your own, list it in `{type(cb).__name__}.custom_events`.")
+def _subclasses(cls):
+    res, todo = [], [cls]
+    while todo: res.append(c := todo.pop()); todo += c.__subclasses__()
+    return res
 
 # %% ../nbs/11_dispatch.ipynb #64770ecd
 _Entry = collections.namedtuple('_Entry', 'order rank seq name cb')  # rank: 0 core, 1 the user's, 2 global
@@ -99,10 +78,14 @@ class _Plan(tuple):
         plan.wants_result = any(names is None or 'return_value' in names for _, names, _, _ in handlers)
         return plan
 
+def _index(plan, f): return next(i for i, g in enumerate(plan) if g is f)  # by identity: equal bound methods may handle two events
+
 # %% ../nbs/11_dispatch.ipynb #1656df38
 class CallbackMixin:
     "Gives a class callbacks, added and removed with `add_callbacks`/`remove_callbacks` and run with `run_callbacks`"
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
+    own_events = ()       # events a method of the class itself may handle (the most derived one), before the callbacks of order 0
+    runtime_attrs = ()    # attributes the class sets while it runs: no callback may take their name
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._entries, self._table, self._seq, self.cbs = {}, {}, itertools.count(), []
@@ -111,7 +94,8 @@ class CallbackMixin:
         self._changed()
         return self
 
-    def add_callbacks(self, callbacks, rank:int=1):
+    def add_callbacks(self, callbacks, # a callback, a group, or a list (any ordered iterable) of them
+                      rank:int=1): # among equal `order`: 0 runs first (core callbacks always have 0), 1 the user's
         "Add `callbacks` and, recursively, the members of groups among them; returns all callbacks added"
         added = []
         try:
@@ -124,31 +108,36 @@ class CallbackMixin:
 
     def _add_one(self, cb, rank, added):
         _check_callback(cb)
-        _check_hooks(cb, _known_events(self, cb))
+        _check_hooks(cb, _known_events(self, cb), _foreign_hooks(self))
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
+        if id(cb) in _global_entries:
+            raise ValueError(f"{cb!r} is a global callback already, so it runs in every fit: do not add it to this {type(self).__name__} too "
+                             f"(or add a new instance)")
         name = self._free_name(type(cb).__name__)
         self._entries[id(cb)] = _Entry(getattr(cb, 'order', 0), _rank(cb, rank), next(self._seq), name, cb)
         setattr(self, name, cb)
         added.append(cb)
 
     def _free_name(self, name):
+        if name in type(self).runtime_attrs:
+            raise ValueError(f"A callback class named {name!r} would be reached as `{type(self).__name__.lower()}.{name}`, which the "
+                             f"{type(self).__name__} overwrites while it runs: rename the class, e.g. {name.title().replace('_', '')}CB")
         names = {e.name for e in self._entries.values()}
         free = next(n for i in itertools.count() if (n := name if i == 0 else f'{name}_{i}') not in names)
         if hasattr(type(self), free) or hasattr(self, free):  # not `self.__dict__`: using it slows every attribute read
             raise ValueError(f"A callback named {free!r} would hide the attribute {type(self).__name__}.{free}: rename the callback class")
         return free
 
-    def remove_callbacks(self, callbacks):
+    def remove_callbacks(self, callbacks): # a callback, a group, or a list (any ordered iterable) of them
         "Remove `callbacks` and, recursively, the members of groups among them"
         callbacks = _listify(callbacks)
-        for cb in callbacks: self._remove_one(cb)
+        for cb in callbacks:
+            for c in _flatten(cb): self._remove_one(c)
         if callbacks: self._changed()
 
     def _remove_one(self, cb):
         entry = self._entries.pop(id(cb), None)
-        if entry is None: return
-        delattr(self, entry.name)
-        for member in _listify(getattr(cb, 'callbacks', None)): self._remove_one(member)
+        if entry is not None: delattr(self, entry.name)
 
     def _changed(self):
         "The callback set changed: sort it once and forget the dispatch table"
@@ -158,8 +147,11 @@ class CallbackMixin:
 
     def _handlers(self, event):
         "The handlers of `event` in run order: `(function, keyword arguments it accepts, callback, event)`"
-        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == event]
-        fs += [(_handler(cb, event), cb) for cb in self.cbs if id(cb) not in self._disabled]
+        cbs = [cb for cb in self.cbs if id(cb) not in self._disabled]
+        fs = [(_handler(cb, event), cb) for cb in cbs]
+        if event in type(self).own_events and callable(own := getattr(type(self), event, None)):  # a subclass's own step
+            fs.insert(next((i for i, cb in enumerate(cbs) if getattr(cb, 'order', 0) >= 0), len(cbs)), (own, None))
+        fs = [(f, None) for ev, f in type(self).class_callbacks if ev == event] + fs
         res = tuple((f, _kwarg_names(f), cb, event) for f, cb in fs if f is not None)
         return res if self._tracer is None else self._tracer.wrap(self, event, res)
 
@@ -174,7 +166,8 @@ class CallbackMixin:
         self._table[events] = plan
         return plan
 
-    def run_callbacks(self, events, **kwargs):
+    def run_callbacks(self, events, # an event's name, or a tuple of names run in order
+                      **kwargs): # passed to the handlers that name them (or take `**kwargs`)
         "Run the handlers of `events` (a name, or a tuple of names run in order); handlers get the `kwargs` they name"
         try: plan = self._table[events]
         except (KeyError, TypeError): plan = self._plan_of(tuple(events) if isinstance(events, list) else events)
@@ -182,9 +175,11 @@ class CallbackMixin:
         if kwargs: return self._run_each(plan.handlers, kwargs)
         try:
             for f in plan: f(self)  # the hot loop: nothing but the calls
-        except CancelException: raise
+        except CancelException as e:  # remember who cancelled, for the error if it escapes its phase
+            _blame(e, self, *plan.handlers[_index(plan, f)][2:])
+            raise
         except Exception as e:  # find who failed, apply its error policy, then run the handlers after it
-            i = next(i for i, g in enumerate(plan) if g is f)
+            i = _index(plan, f)
             if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]): raise
             self._run_each(plan.handlers[i+1:], {})
 
@@ -220,9 +215,16 @@ def _replace_result(self:CallbackMixin, event, result):
 def _call(self:CallbackMixin, f, event, cb, kwargs):
     "Call the handler `f` of `cb` for `event`, applying `cb`'s error policy as `run_callbacks` does"
     try: return f(self, **kwargs)
-    except CancelException: raise
+    except CancelException as e:
+        _blame(e, self, cb, event)
+        raise
     except Exception as e:
         if self._failed(e, event, cb): raise
+
+def _blame(e, owner, cb, event):
+    "Note on the cancel exception `e` which handler raised it first (`raised_in`), for the error if it escapes its phase"
+    if not hasattr(e, 'raised_in'): e.raised_in = f'{_name_of(owner, cb)}.{event}'
+    return e
 
 # %% ../nbs/11_dispatch.ipynb #ee63cf00
 @patch
@@ -248,15 +250,26 @@ def _enable_all(self:CallbackMixin):
         self._changed()
 
 @patch
+def _run_all(self:CallbackMixin, event, err=None, **kwargs):
+    "Run every handler of `event`, also after one failed; `err` (an exception on its way out) gets the failures as notes, else the first is raised"
+    failures = []
+    for f, names, cb, ev in self._plan_of(event).handlers:
+        try: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
+        except CancelException as e: failures.append(_blame(e, self, cb, ev))
+        except Exception as e:
+            if self._failed(e, ev, cb): failures.append(e)
+    if failures: _settle(err, failures)
+
+@patch
+def _where(self:CallbackMixin, cb, event):
+    "`cb`'s name on this object and `event`, as in `MetricsCB.after_batch`, to name a handler in an error"
+    return f'{_name_of(self, cb)}.{event}'
+
+# %% ../nbs/11_dispatch.ipynb #cde36137
+@patch
 def _contexts(self:CallbackMixin, plan):
-    "The context managers of the `around_` handlers in `plan`, entered, in one `ExitStack`"
-    stack = contextlib.ExitStack()
-    try:
-        for f, names, cb, _ in plan.handlers: stack.enter_context(contextlib.contextmanager(f)(self))
-    except BaseException:
-        stack.close()
-        raise
-    return stack
+    "The `around_` handlers in `plan` as one context manager"
+    return _Around(self, plan.handlers)
 
 # %% ../nbs/11_dispatch.ipynb #ada17b6c
 def _event_name(event):
@@ -284,9 +297,21 @@ def _hook_init(init):
         finally: del self._constructing
     return __init__
 
+def _check_own_steps(cls):
+    "Each method of `cls` named after one of its `own_events` must be callable with the object alone; other libraries' names are refused"
+    for name, f in cls.__dict__.items():
+        if name in getattr(cls, 'foreign_steps', {}) and callable(f):
+            raise TypeError(f"{cls.__name__}.{name} is another library's name for a step, so it would never run here: "
+                            f"name it {cls.foreign_steps[name]}, which runs as that step's handler")
+        if name not in cls.own_events or not inspect.isfunction(f): continue
+        if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in list(inspect.signature(f).parameters.values())[1:]):
+            raise TypeError(f"{cls.__name__}.{name} runs as the `{name}` step, called with the {cls.__name__} alone: give its other "
+                            f"parameters defaults, or rename it if it is not that step (e.g. `get_preds` for a `predict` that takes data)")
+
 def _init_subclass(cls, **kwargs):
     super(CallbackMixin, cls).__init_subclass__(**kwargs)
     cls.class_callbacks = tuple(cls.class_callbacks) + tuple(_declared_callbacks(cls))
+    _check_own_steps(cls)
     if '__init__' in cls.__dict__: cls.__init__ = _hook_init(cls.__dict__['__init__'])
 
 CallbackMixin.__init_subclass__ = classmethod(_init_subclass)

@@ -9,8 +9,8 @@ __all__ = ['GlobalCallbackHandle', 'register_global_callback']
 
 # %% ../nbs/12_registry.ipynb #81aeb7c7
 from fastcore.basics import patch
-from .callback import Callback
-from .dispatch import _Entry, _check_callback, _flatten, _global_entries, _global_seq, _owners
+from .callback import Callback, _check_callback, _check_hooks, _flatten
+from .dispatch import _Entry, _global_entries, _global_seq, _owners, _known_events, _foreign_hooks
 
 # %% ../nbs/12_registry.ipynb #effdc043
 class GlobalCallbackHandle:
@@ -24,11 +24,19 @@ class GlobalCallbackHandle:
 def _global_changed():
     for owner in list(_owners): owner._changed()
 
-def register_global_callback(cb):
+def _check_global(c):
+    "Refuse `c` as a global callback if it is no callback, has a misspelled hook, or is a callback of some object already"
+    _check_callback(c)
+    _check_hooks(c, _known_events(None, c), _foreign_hooks(None))
+    if (owner := next((o for o in list(_owners) if id(c) in o._entries), None)) is not None:
+        raise ValueError(f"{c!r} is a callback of a {type(owner).__name__} already: a global callback runs in every fit, so remove it "
+                         f"from there first (or register a new instance)")
+
+def register_global_callback(cb): # a callback or a group, for every object with callbacks
     "Make `cb` a callback of every trainer, after their own; returns a handle whose `remove()` unregisters it"
-    for c in _flatten(cb):
-        _check_callback(c)
-        _global_entries[id(c)] = _Entry(getattr(c, 'order', 0), 2, next(_global_seq), type(c).__name__, c)
+    members = _flatten(cb)
+    for c in members: _check_global(c)
+    for c in members: _global_entries[id(c)] = _Entry(getattr(c, 'order', 0), 2, next(_global_seq), type(c).__name__, c)
     _global_changed()
     return GlobalCallbackHandle(cb)
 

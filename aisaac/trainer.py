@@ -8,17 +8,19 @@ Docs: https://aisaac-dev.github.io/aisaac/trainer.html.md"""
 __all__ = ['Trainer', 'CallbackSummary', 'view_source_code']
 
 # %% ../nbs/20_trainer.ipynb #db45de1e
-import inspect, itertools
+import collections.abc, inspect, itertools, math, numbers, warnings
 import torch
 from fastcore.basics import patch
-from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelFitException,
-                             CancelStepException, with_cbs)
+from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
+                             CancelFitException, CancelStepException, with_cbs)
 from .dispatch import CallbackMixin, _handler, _name_of
 
 # %% ../nbs/20_trainer.ipynb #a7149a36
 def _check_trainer_args(dls, loss_func, opt_func, model):
     if not (hasattr(dls, 'train') and hasattr(dls, 'valid')):
         raise TypeError(f"`dls` must have `train` and `valid` loaders (got {type(dls).__name__}): use `DataLoaders(train_dl, valid_dl)`")
+    for name, o in (('loss_func', loss_func), ('model', model)):
+        if isinstance(o, type): raise TypeError(f"`{name}` is the class {o.__name__}: pass an instance, `{o.__name__}()`")
     if not callable(loss_func):
         raise TypeError(f"`loss_func` must be callable (got {loss_func!r}): pass e.g. `nn.CrossEntropyLoss()` or `F.cross_entropy`")
     if isinstance(opt_func, torch.optim.Optimizer) or not callable(opt_func):
@@ -26,11 +28,35 @@ def _check_trainer_args(dls, loss_func, opt_func, model):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"`model` must be a `torch.nn.Module` (got {type(model).__name__})")
 
+def _check_fit_args(trainer, n_epochs, lr, train, valid):
+    "Refuse, before anything changes, a fit that would do nothing, or not what was asked"
+    if getattr(trainer, '_fitting', False):
+        raise RuntimeError("fit() was called while this trainer is fitting (from one of its callbacks?): it would replace the running fit's "
+                           "epochs, learning rate and optimizer. Call it after the fit returns, or fit another Trainer.")
+    if isinstance(n_epochs, bool) or not isinstance(n_epochs, numbers.Integral) or n_epochs < 1:
+        raise ValueError(f"`n_epochs` must be a whole number of epochs, 1 or more (got {n_epochs!r})")
+    if isinstance(lr, torch.Tensor) and lr.numel() == 1: lr = lr.item()
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"`lr` must be a finite number, 0 or more (got {lr!r})" + (f": pass `lr={float(lr)}`" if _is_number(lr) else ''))
+    for name, on in (('train', train), ('valid', valid)):
+        if not isinstance(on, bool): raise TypeError(f"`{name}` must be True or False (got {on!r})")
+        dl = getattr(trainer.dls, name)
+        if on and not isinstance(dl, collections.abc.Iterable):
+            raise TypeError(f"`dls.{name}` is {'None' if dl is None else 'not iterable: ' + type(dl).__name__}: give the DataLoaders a {name} "
+                            f"loader, or call `fit({name}=False)`")
+    if not (train or valid): raise ValueError("`fit(train=False, valid=False)` would run nothing: leave one of them True")
+
+def _is_number(s):
+    try: return isinstance(s, str) and math.isfinite(float(s))
+    except ValueError: return False
+
 _END = object()
 
 # %% ../nbs/20_trainer.ipynb #344505a0
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
+    own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')  # a subclass's methods of these names are their handlers
+    nonfinite_loss = 'raise'  # a NaN or infinite training loss at the end of an epoch: 'raise', 'warn', or None to go on
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`
                  opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit
@@ -38,7 +64,7 @@ class Trainer(CallbackMixin):
                  callbacks=None): # callbacks for every fit of this trainer
         _check_trainer_args(dls, loss_func, opt_func, model)
         self.dls, self.loss_func, self.opt_func, self.model = dls, loss_func, opt_func, model
-        self.opt, self.epoch, self.batch_num = None, 0, 0
+        self.opt, self.dl, self.epoch, self.batch_num = None, None, 0, 0
         self.add_callbacks(callbacks)
         self.run_callbacks('after_create')
 
@@ -51,16 +77,24 @@ class Trainer(CallbackMixin):
             train:bool=True, # run the training pass of each epoch
             valid:bool=True): # run the validation pass of each epoch
         "Fit the model for `n_epochs`, with a new optimizer at `lr`"
+        _check_fit_args(self, n_epochs, lr, train, valid)
         added = self.add_callbacks(callbacks)
         try:
+            self._check_steps(train)
             self.n_epochs, self.epochs, self.lr = n_epochs, range(n_epochs), lr
             self.do_train, self.do_valid = train, valid
             self.opt = self.opt_func(self.model.parameters(), lr=lr)
+            self.model.zero_grad(set_to_none=True)  # no gradients left over by a fit that stopped between backward and step
+            self._fitting = True
             self._fit(train, valid)
+        except CancelFitException: pass  # raised in `cleanup_fit`: the fit is over anyway
         except (Exception, KeyboardInterrupt) as e:
-            self.run_callbacks('on_exception', exception=e)
-            raise
+            err = _escaped(e) if isinstance(e, CancelException) else e
+            self._run_all('on_exception', err, exception=err)  # every handler runs; their failures become notes on `err`
+            if err is e: raise
+            raise err from e
         finally:
+            self._fitting = False
             self.remove_callbacks(added)
             self._enable_all()
 
@@ -71,11 +105,12 @@ class Trainer(CallbackMixin):
             if valid: self.one_epoch(False)
             self.run_callbacks('checkpoint', at='epoch')
 
-    def one_epoch(self, training:bool):
+    def one_epoch(self, training:bool): # the training pass (`True`) or the validation pass
         "Run one pass over the training (`train` phase) or the validation loader (`validate` phase)"
         self.model.train(training)
         self.dl = self.dls.train if training else self.dls.valid
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
+        if training and self.nonfinite_loss: self._check_loss()
 
     @with_cbs('train', CancelEpochException)
     def _train(self): self._one_epoch()
@@ -93,6 +128,7 @@ class Trainer(CallbackMixin):
             self.run_callbacks('after_dataloader')
             self.one_batch()
             if self.model.training: self.run_callbacks('checkpoint', at='batch')
+        if self.batch_num == 0: raise ValueError(_no_batches(self))
 
     @with_cbs('batch', CancelBatchException)
     def one_batch(self):
@@ -105,9 +141,68 @@ class Trainer(CallbackMixin):
         except CancelStepException: pass
 
     @with_cbs('scheduler_step')
-    def step_scheduler(self, scheduler):
+    def step_scheduler(self, scheduler): # a torch learning-rate scheduler
         "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
         scheduler.step()
+
+# %% ../nbs/20_trainer.ipynb #ec0e14d4
+_steps_do = {'predict': ('no predictions would be made', 'run the model twice'), 'get_loss': ('no loss would be computed', 'compute the loss twice'),
+             'backward': ('no gradients would be computed, so the weights would never change', 'compute the gradients twice'),
+             'step': ('the weights would never change', 'step the optimizer twice per batch')}
+
+@patch
+def _step_handlers(self:Trainer, event, core=False):
+    "Who handles the step `event`: the class's own method, and callbacks with a method of that name (only `core` ones if `core`)"
+    own = [type(self).__name__] if callable(getattr(type(self), event, None)) else []
+    own += [type(self).__name__ for ev, _ in type(self).class_callbacks if ev == event]
+    return own + [_name_of(self, cb) for cb in self.cbs if id(cb) not in self._disabled and callable(getattr(cb, event, None))
+                  and (getattr(cb, 'core', False) or not core)]
+
+@patch
+def _check_steps(self:Trainer, train):
+    "Refuse a fit in which nothing would predict or compute the loss, or (training) compute gradients and step, or two core callbacks would"
+    if type(self).one_batch is not Trainer.one_batch or type(self)._one_epoch is not Trainer._one_epoch: return  # its own loop
+    for event in ('predict', 'get_loss') + (('backward', 'step') if train else ()):
+        none, twice = _steps_do[event]
+        if not self._step_handlers(event):
+            raise RuntimeError(f"Nothing handles `{event}` in this fit, so {none}: add `BasicTrainCB()` (or `CoreCBs()`, which has it), "
+                               f"or a callback or {type(self).__name__} method named `{event}`")
+        if event in ('backward', 'step') and len(names := self._step_handlers(event, core=True)) > 1:  # (a callback that only watches is no core one)
+            raise RuntimeError(f"`{event}` has {len(names)} handlers ({', '.join(f'{n}.{event}' for n in names)}), so each batch would {twice}: "
+                               f"keep one (to change one step of BasicTrainCB, subclass it and override that method)")
+
+@patch
+def _check_loss(self:Trainer):
+    "Raise (or warn) if the last training loss of the pass is NaN or infinite: one read of the loss per epoch, no host sync per batch"
+    if (loss := getattr(self, 'loss', None)) is None: return
+    v = loss.detach() if isinstance(loss, torch.Tensor) else torch.as_tensor(loss)
+    if bool(torch.isfinite(v).all()): return
+    msg = (f"The training loss is {v.tolist()} at the end of epoch {self.epoch}'s training pass (it is checked once per epoch, "
+           f"after {self.batch_num} batches; it went non-finite at one of them), so the weights have probably become NaN or inf too. "
+           f"Lower the learning rate, look for NaN or inf in the data, or clip the gradients; add TerminateOnNaNCB to stop at the first such "
+           f"batch. To go on anyway, set `trainer.nonfinite_loss = 'warn'` (or None).")
+    if self.nonfinite_loss == 'warn': warnings.warn(msg)
+    else: raise FloatingPointError(msg)
+
+def _no_batches(trainer):
+    "The message for a pass that got no batch from its loader"
+    which = 'train' if trainer.model.training else 'valid'
+    dl = getattr(trainer.dls, which)
+    why = ("it is an iterator (a generator?), used up by an earlier pass: pass a list, a torch DataLoader or a TensorLoader, which start again "
+           "every epoch") if isinstance(dl, collections.abc.Iterator) else \
+          "it is empty (an empty dataset? `drop_last=True` with fewer rows than the batch size?)"
+    return f"`dls.{which}` gave no batch in epoch {trainer.epoch}, so this pass would do nothing: {why}"
+
+_cancel_scope = {CancelBatchException: 'from `before_batch` to `after_batch` (the events of the batch phase)',
+                 CancelEpochException: 'from `before_train`/`before_validate` to `after_train`/`after_validate`',
+                 CancelBackwardException: 'in `before_backward`, `backward` or `after_backward`',
+                 CancelStepException: 'from `before_step` to `after_zero_grad`'}
+
+def _escaped(e):
+    "The error for the cancel exception `e`, raised where no phase catches it"
+    scope = next((v for k, v in _cancel_scope.items() if isinstance(e, k)), 'inside the phase it cancels')
+    return RuntimeError(f"{type(e).__name__} was raised in {getattr(e, 'raised_in', 'a callback')}, where nothing catches it: it can be "
+                        f"raised {scope}. To stop the whole fit from anywhere, raise CancelFitException.")
 
 # %% ../nbs/20_trainer.ipynb #31b1e347
 _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict',
@@ -118,6 +213,40 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
+
+Trainer.runtime_attrs = ('model', 'dls', 'loss_func', 'opt_func', 'opt', 'cbs', 'epoch', 'epochs', 'n_epochs', 'lr', 'do_train', 'do_valid',
+                         'dl', 'batch', 'batch_num', 'preds', 'loss', 'training', 'outcome', 'exception', 'history')
+
+# %% ../nbs/20_trainer.ipynb #fbea3e8a
+def _foreign(names, event): return dict.fromkeys(names.split(), event)
+
+_tr, _va = ' (in training: `trainer.training` is True)', ' (in validation: `trainer.training` is False)'
+Trainer.foreign_hooks = {  # other libraries' hook names (Lightning, Cerebras, Keras, pytorch-accelerated, Composer, fastai): aisaac's event
+    **_foreign('on_fit_start on_train_start on_train_begin on_training_run_start fit_start', '`before_fit`'),
+    **_foreign('on_fit_end on_train_end on_training_run_end fit_end', '`after_fit`'),
+    **_foreign('on_train_epoch_start epoch_start', '`before_train`'), **_foreign('on_train_epoch_end epoch_end', '`after_train`'),
+    **_foreign('on_epoch_start on_epoch_begin', '`before_epoch`'), **_foreign('on_epoch_end', '`after_epoch`'),
+    **_foreign('on_validation_start on_validate_start on_validation_epoch_start on_eval_epoch_start on_test_begin eval_start', '`before_validate`'),
+    **_foreign('on_validation_end on_validate_end on_validation_epoch_end on_eval_epoch_end on_test_end eval_end', '`after_validate`'),
+    **_foreign('on_batch_begin on_batch_start batch_start', '`before_batch`'), **_foreign('on_batch_end batch_end', '`after_batch`'),
+    **_foreign('on_train_batch_start on_train_batch_begin on_train_step_start before_train_batch', '`before_batch`' + _tr),
+    **_foreign('on_train_batch_end on_train_step_end', '`after_batch`' + _tr),
+    **_foreign('on_validation_batch_start on_validate_batch_start on_test_batch_begin on_eval_step_start eval_batch_start', '`before_batch`' + _va),
+    **_foreign('on_validation_batch_end on_validate_batch_end on_test_batch_end on_eval_step_end eval_batch_end', '`after_batch`' + _va),
+    **_foreign('on_before_forward before_forward', '`before_predict`'), **_foreign('on_after_forward after_forward after_pred', '`after_predict`'),
+    **_foreign('on_before_backward', '`before_backward`'), **_foreign('on_after_backward', '`after_backward`'),
+    **_foreign('on_before_optimizer_step', '`before_step`'), **_foreign('on_after_optimizer_step after_train_batch', '`after_step`'),
+    **_foreign('on_before_zero_grad on_before_optimizer_zero_grad', '`before_zero_grad`'),
+    **_foreign('on_after_optimizer_zero_grad', '`after_zero_grad`'),
+    **_foreign('on_before_scheduler_step', '`before_scheduler_step`'), **_foreign('on_after_scheduler_step', '`after_scheduler_step`'),
+    **_foreign('on_save_checkpoint batch_checkpoint epoch_checkpoint on_training_run_epoch_end', '`checkpoint` (its `at` argument says batch or epoch)'),
+    **_foreign('on_init_end', '`after_create`'), **_foreign('on_stop_training_error', '`on_exception`'),
+    **{f'after_cancel_{p}': f"`cleanup_{p}` (it always runs; `trainer.outcome == 'cancelled'` says it was cancelled)"
+       for p in ('batch', 'epoch', 'train', 'validate', 'fit')},
+}
+Trainer.foreign_steps = {'calculate_train_batch_loss': '`predict` and `get_loss`', 'calculate_eval_batch_loss': '`predict` and `get_loss`',
+                         'training_step': '`predict` and `get_loss`', 'backward_step': '`backward`', 'optimizer_step': '`step`',
+                         'optimizer_zero_grad': '`zero_grad`'}
 
 # %% ../nbs/20_trainer.ipynb #b041a3be
 class CallbackSummary(list):
@@ -138,16 +267,14 @@ def _doc(f, cb):
 # %% ../nbs/20_trainer.ipynb #73221ae1
 @patch
 def summarize_callbacks(self:CallbackMixin):
-    "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run"
+    "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run, in their order"
     known = list(getattr(self, 'events', ()))
     custom = sorted({n for cb in self.cbs for n in dir(cb) if not n.startswith('_') and n not in known
                      and (n.startswith(('before_', 'after_', 'cleanup_')) or n in getattr(cb, 'custom_events', ()))})
     res = CallbackSummary()
-    for event in known + custom:
-        res += [(event, type(self).__name__, '', _doc(f, None)) for ev, f in type(self).class_callbacks if ev == event]
-        for cb in self.cbs:
-            f = _handler(cb, event)
-            if f is not None: res.append((event, _name_of(self, cb), getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb)))
+    for event in known + custom:  # the class's own handlers (declared callbacks, a subclass's steps) show with no order
+        res += [(event, _name_of(self, cb), '' if cb is None else getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb))
+                for f, _, cb, _ in self._handlers(event)]
     return res
 
 # %% ../nbs/20_trainer.ipynb #c84850e5

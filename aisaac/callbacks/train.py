@@ -8,20 +8,35 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/train.html.md"""
 __all__ = ['BasicTrainCB', 'MomentumTrainCB', 'DeviceCB', 'OneBatchCB']
 
 # %% ../../nbs/callbacks/40_train.ipynb #81ca16c4
+import collections.abc, math
 import torch
+from fastcore.basics import patch
 from ..callback import Callback, CancelFitException
 from ..utils import def_device, to_device
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26
+_unread = object()  # no loader yet
+
 class BasicTrainCB(Callback):
     "The plain PyTorch training steps: forward, loss, backward, optimizer step, zero the gradients"
-    core = True
+    core, n_inp, input_keys, target_key = True, 1, None, None  # class defaults: a subclass whose `__init__` skips ours still works
+    _dl_x = _dl_y = _unread  # the loader whose batch layout `predict` and `get_loss` last read: a new loader (a new pass) is read again
+    def __init__(self, n_inp:int=1, # how many leading items of a tuple batch are the model's inputs; the rest are the targets
+                 input_keys=None, # a dict batch's inputs: a key (passed by position) or a list of keys (by name); default: all but the target
+                 target_key=None): # a dict batch's target; default: the first of 'label', 'labels', 'target', 'targets', 'y'
+        if isinstance(n_inp, bool) or not isinstance(n_inp, int) or n_inp < 1:
+            raise ValueError(f"`n_inp` is how many items at the start of each batch are the model's inputs, 1 or more (got {n_inp!r})")
+        self.n_inp, self.input_keys, self.target_key = n_inp, input_keys, target_key
     def predict(self, trainer):
-        "Run the model on the inputs: `trainer.preds = model(batch[0])`"
-        trainer.preds = trainer.model(trainer.batch[0])
+        "Run the model on the inputs: `trainer.preds = model(*batch[:n_inp])` (a dict batch: `model(batch[key])` or `model(**inputs)`)"
+        if trainer.dl is not self._dl_x: return self._first_predict(trainer)
+        b = trainer.batch
+        trainer.preds = trainer.model(b[0]) if self._pair else self._forward(trainer.model, b)
     def get_loss(self, trainer):
-        "Compare predictions and targets: `trainer.loss = loss_func(preds, batch[-1])`"
-        trainer.loss = trainer.loss_func(trainer.preds, trainer.batch[-1])
+        "Compare predictions and targets: `trainer.loss = loss_func(preds, *batch[n_inp:])` (a dict batch: `batch[target_key]`)"
+        if trainer.dl is not self._dl_y: return self._first_loss(trainer)
+        b = trainer.batch
+        trainer.loss = trainer.loss_func(trainer.preds, b[1]) if self._pair else trainer.loss_func(trainer.preds, *self._targets(b))
     def backward(self, trainer):
         "Compute the gradients: `loss.backward()`"
         trainer.loss.backward()
@@ -32,10 +47,83 @@ class BasicTrainCB(Callback):
         "Reset the gradients: `opt.zero_grad()`"
         trainer.opt.zero_grad()
 
+# %% ../../nbs/callbacks/40_train.ipynb #caa9e087
+_target_keys = ('label', 'labels', 'target', 'targets', 'y')
+
+def _layout(cb, b):
+    "How `cb` reads the batch `b`: (is it a plain `(x, y)` pair, `forward(model, b)`, `targets(b)`); a batch it cannot read is an error"
+    if isinstance(b, torch.Tensor):
+        raise TypeError(f"BasicTrainCB got a batch that is one tensor (shape {tuple(b.shape)}), so it cannot tell inputs from targets: make the "
+                        f"loader give (inputs, targets) tuples (`TensorDataset(x, y)`, `TensorLoader(x, y)`); to train without targets, "
+                        f"subclass BasicTrainCB and write `get_loss`")
+    if isinstance(b, collections.abc.Mapping): return _dict_layout(cb, b)
+    if not isinstance(b, (tuple, list)):
+        raise TypeError(f"BasicTrainCB cannot read a batch of type {type(b).__name__}: it expects a tuple (inputs..., targets...) or a dict; "
+                        f"subclass BasicTrainCB and write `predict` and `get_loss` for other batches")
+    n = cb.n_inp
+    if len(b) <= n:
+        raise ValueError(f"BasicTrainCB got a batch of {len(b)} item(s) and passes the first {n} to the model (n_inp={n}), which leaves no "
+                         f"target (a `TensorDataset(x)` gives such batches, and the inputs would become the targets): give the targets too "
+                         f"(`TensorDataset(x, y)`), make the batch `(x, x)` if the inputs are the targets, or lower `n_inp`")
+    return n == 1 and len(b) == 2, (lambda m, b: m(*b[:n])), (lambda b: b[n:])
+
+def _dict_layout(cb, b):
+    tk = cb.target_key if cb.target_key is not None else next((k for k in _target_keys if k in b), None)
+    ik = cb.input_keys if cb.input_keys is not None else [k for k in b if k != tk]
+    by_name = not isinstance(ik, str) and (cb.input_keys is not None or len(ik) > 1)
+    ik = [ik] if isinstance(ik, str) else list(ik)
+    if tk not in b or not ik or any(k not in b for k in ik):
+        raise KeyError(f"BasicTrainCB got a dict batch with keys {list(b)} and takes {ik} as inputs and {tk!r} as the target "
+                       f"(the default target is the first of {list(_target_keys)}): pass `BasicTrainCB(target_key=..., input_keys=...)`")
+    forward = (lambda m, b: m(**{k: b[k] for k in ik})) if by_name else (lambda m, b: m(b[ik[0]]))
+    return False, forward, lambda b: (b[tk],)
+
+def _describe(o):
+    "A short description of a batch or its parts, for error notes: types, shapes and dtypes"
+    if isinstance(o, torch.Tensor): return f"tensor {tuple(o.shape)} {str(o.dtype).removeprefix('torch.')}"
+    if isinstance(o, collections.abc.Mapping): return '{' + ', '.join(f'{k!r}: {_describe(v)}' for k, v in o.items()) + '}'
+    if isinstance(o, (tuple, list)): return f"{type(o).__name__} of {len(o)}: (" + ', '.join(map(_describe, o)) + ')'
+    return type(o).__name__
+
+def _check_broadcast(preds, targets):
+    "Refuse predictions and a target whose shapes would broadcast into more elements than either: (N, 1) against (N,) makes N x N"
+    if len(targets) != 1 or not (isinstance(preds, torch.Tensor) and isinstance(y := targets[0], torch.Tensor)) or preds.shape == y.shape: return
+    try: shape = torch.broadcast_shapes(preds.shape, y.shape)
+    except RuntimeError: return
+    if math.prod(shape) > max(preds.numel(), y.numel()):
+        raise ValueError(f"The predictions {tuple(preds.shape)} and the targets {tuple(y.shape)} would broadcast into {tuple(shape)} in the loss, "
+                         f"comparing every prediction with every target: give them the same shape (e.g. `preds.squeeze(-1)` in a "
+                         f"`predict` of your own, or targets `y[:, None]` in the dataset)")
+
+@patch
+def _first_predict(self:BasicTrainCB, trainer):
+    "`predict` on the first batch of a pass: read its layout, then run the model, noting the batch on an error"
+    self._pair, self._forward, self._targets = _layout(self, trainer.batch)
+    self._dl_x = trainer.dl
+    try: trainer.preds = self._forward(trainer.model, trainer.batch)
+    except Exception as e:
+        e.add_note(f"BasicTrainCB ran the model on the inputs of a batch that is a {_describe(trainer.batch)} (n_inp={self.n_inp})")
+        raise
+
+@patch
+def _first_loss(self:BasicTrainCB, trainer):
+    "`get_loss` on the first batch of a pass: read its layout, check the shapes, then compute the loss, noting them on an error"
+    self._pair, self._forward, self._targets = _layout(self, trainer.batch)
+    ys = self._targets(trainer.batch)
+    _check_broadcast(trainer.preds, ys)
+    try: trainer.loss = trainer.loss_func(trainer.preds, *ys)
+    except Exception as e:
+        e.add_note(f"BasicTrainCB called loss_func(preds, *targets) with preds a {_describe(trainer.preds)} and targets a {_describe(ys)}")
+        raise
+    self._dl_y = trainer.dl
+
 # %% ../../nbs/callbacks/40_train.ipynb #7a69a6b7
 class MomentumTrainCB(BasicTrainCB):
     "`BasicTrainCB` that keeps a fraction `momentum` of the gradients instead of zeroing them"
-    def __init__(self, momentum:float=0.85): self.momentum = momentum
+    def __init__(self, momentum:float=0.85, # the fraction of the gradients kept for the next step
+                 **kwargs): # passed to `BasicTrainCB`: `n_inp`, `input_keys`, `target_key`
+        super().__init__(**kwargs)
+        self.momentum = momentum
     def zero_grad(self, trainer):
         "Multiply the gradients by `momentum` (instead of zeroing them)"
         with torch.no_grad():
@@ -56,8 +144,13 @@ class DeviceCB(Callback):
 
 # %% ../../nbs/callbacks/40_train.ipynb #d7fbdfd7
 class OneBatchCB(Callback):
-    "Stop the fit after one training batch"
-    order = 1
+    "Stop the fit after one batch, once every callback has seen that batch's `after_batch`"
+    order = 100  # late, as in AIsaac; and the fit only stops in `cleanup_batch`, after every `after_batch` handler, whatever its order
+    done = False
+    def before_fit(self, trainer): self.done = False
     def after_batch(self, trainer):
-        "Cancel the fit after the first batch"
-        raise CancelFitException()
+        "Note that a batch went through"
+        self.done = True
+    def cleanup_batch(self, trainer):
+        "Cancel the fit after the first batch that went through"
+        if self.done: raise CancelFitException()
