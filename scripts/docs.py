@@ -288,7 +288,10 @@ def check_links(site_url):
                 if not (DOCS/path).is_file(): bad.append(f"{page}: dead link {link!r} (no page {path})")
                 continue
             if frag and unquote(frag) not in parsed[path].ids:
-                bad.append(f"{page}: dead anchor {link!r} (no id {unquote(frag)!r} in {path})")
+                hint = (f": nbdev links `{unquote(frag)}` in backticks to an entry that private names do not get; write "
+                        f"<code>...</code> instead of backticks" if frag.startswith('_') else
+                        f": if it is a method, add a cell `show_doc(...)` for it" if '.' in frag else '')
+                bad.append(f"{page}: dead anchor {link!r} (no id {unquote(frag)!r} in {path}){hint}")
     return bad
 
 def check_docs_lines(site_url):

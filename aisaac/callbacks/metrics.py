@@ -14,7 +14,8 @@ from ..callback import Callback
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size) and `metrics` computed on the validation set, per epoch"
-    def __init__(self, *metrics, **named_metrics):
+    def __init__(self, *metrics, # metrics named by their class
+                 **named_metrics): # metrics by name
         self.metrics = {type(m).__name__: m for m in metrics} | named_metrics
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
 
@@ -57,7 +58,7 @@ class MetricsCB(Callback):
         "The per-epoch and per-batch records, for checkpoints"
         return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state:dict): # from `state_dict`
         "Restore the records of `state_dict`"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
 

@@ -40,7 +40,7 @@ class ProgressCB(Callback):
         trainer.dl.comment = f'{trainer.loss.item():.3f}'
         if self.plot and trainer.training: self.train_losses.append(trainer.loss.item())
 
-    def log_metrics(self, trainer, metrics):
+    def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Write the epoch's row in the table"
         if self.header is None:
             self.header = list(metrics)

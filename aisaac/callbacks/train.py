@@ -134,7 +134,8 @@ class MomentumTrainCB(BasicTrainCB):
 class DeviceCB(Callback):
     "Train on `device`: moves the model at the start of the fit and each batch before it is used"
     core = True
-    def __init__(self, device=None): self.device = torch.device(def_device if device is None else device)
+    def __init__(self, device=None): # where to train; default `def_device` (the GPU when there is one)
+        self.device = torch.device(def_device if device is None else device)
     def before_fit(self, trainer):
         "Move the model to the device"
         trainer.model.to(self.device)
@@ -147,7 +148,9 @@ class OneBatchCB(Callback):
     "Stop the fit after one batch, once every callback has seen that batch's `after_batch`"
     order = 100  # late, as in AIsaac; and the fit only stops in `cleanup_batch`, after every `after_batch` handler, whatever its order
     done = False
-    def before_fit(self, trainer): self.done = False
+    def before_fit(self, trainer):
+        "Start the fit with no batch done"
+        self.done = False
     def after_batch(self, trainer):
         "Note that a batch went through"
         self.done = True
