@@ -35,18 +35,25 @@ NBS, PROC, DOCS = ROOT/'nbs', ROOT/'_proc', ROOT/'_docs'
 SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template and CSS
 
 # The sidebar's groups, in order. A notebook (path relative to nbs/) goes to the first group whose pattern
-# matches; within a group, notebooks are sorted by path (the numbers give the layers' order). nbdev does not
+# matches; within a group, notebooks are sorted by FIRST, then by their number (the layers' order). nbdev does not
 # regenerate nbs/sidebar.yml (`custom_sidebar = true` in pyproject.toml): this script writes it, and every
 # docs command runs this first, so a new notebook lands in its group by its number or folder alone.
 SIDEBAR = [
     ('Core',      r'^(0[0146-9]|1\d|99)_'),  # ground helpers, the callback machinery, `aisaac.all`
-    ('Training',  r'^(0[235]|2\d)_'),          # models, init, the run history, the `Trainer`
+    ('Training',  r'^((0[235]|2\d)_|\d+_learner)'),  # models, the run history, the `Trainer`, checkpoints, miniai's `Learner`
     ('Data',      r'^3\d_'),
     ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
     ('Tutorials', r'^tutorials/'),
     ('Guides',    r'^guides/'),
 ]
+# Pages that come first in their group, in this order (the rest follow by layer number, then by name).
+FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/custom_callbacks.ipynb']
 HOME = 'index.ipynb'
+
+def _order(nb):
+    "Sort key within a group: FIRST, then the layer number of the file name, then the path"
+    m = re.match(r'(\d+)_', Path(nb).name)
+    return (FIRST.index(nb) if nb in FIRST else len(FIRST), int(m.group(1)) if m else 10**6, nb)
 OUTPUTS_REQUIRED = ('tutorials/', 'guides/')  # pages whose code must show its results
 
 def notebooks():
@@ -61,7 +68,7 @@ def sidebar_groups():
         if nb == HOME: continue
         name = next((n for n, pat in SIDEBAR if re.search(pat, nb)), None)
         (groups[name] if name else lost).append(nb)
-    return {k: v for k, v in groups.items() if v}, lost
+    return {k: sorted(v, key=_order) for k, v in groups.items() if v}, lost
 
 def write_sidebar():
     "Write nbs/sidebar.yml (Quarto's sidebar) from SIDEBAR; return the notebooks no group takes"
@@ -220,7 +227,7 @@ def pandoc_page(nb, md, page, nav, site_title, links):
     up = '../' * len(Path(page).parent.parts)
     navf = out.with_suffix('.nav.html'); navf.write_text(nav)
     cmd = ['pandoc', '--from=markdown-smart', '--to=html5', '--standalone', '--toc', '--toc-depth=3',
-           f'--template={SITE/"page.html"}', f'--include-before-body={navf}', '--highlight-style=pygments',
+           f'--template={SITE/"page.html"}', f'--include-before-body={navf}', '--highlight-style=pygments', '--mathjax',
            f'--variable=root:{up}', f'--variable=site-title:{site_title}', f'--variable=md-link:{out.name}.md',
            '--metadata=lang:en', f'--output={out}'] + [f'--variable={k}-link:{up}{v}' for k, v in links.items()]
     r = subprocess.run(cmd, input=md, capture_output=True, text=True)
