@@ -14,8 +14,10 @@ TORCH_INDEX ?=
 DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 N_WORKERS ?= 2
 DEMO_ARGS ?=
-# What `make docs` runs: notebooks or folders (default: every notebook in nbs/); LAB_ARGS go to `jupyter lab`.
+# What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
+# scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
 NBS       ?=
+RUN_ARGS  ?=
 LAB_ARGS  ?=
 # The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need
 # (`docs`: nbclient and ipykernel, to run the notebooks in a real Jupyter kernel).
@@ -142,7 +144,7 @@ bench: setup ## run every bench/*.py (not the helpers in bench/_*.py)
 	for f in "$${files[@]}"; do echo ">>> $$f"; $(PY) "$$f"; done
 
 docs: setup ## run every notebook in a Jupyter kernel (slow cells too), save it with its outputs, render the site
-	$(PY) scripts/run_nbs.py $(NBS)
+	$(PY) scripts/run_nbs.py $(RUN_ARGS) $(NBS)
 	$(PY) scripts/docs.py render
 
 site: venv ## render the docs site into _docs/ (Quarto, or pandoc as a stand-in) without failing on problems

@@ -47,6 +47,11 @@ def first_markdown(nb):
     c = next((c for c in cells if c['cell_type'] in ('raw', 'markdown')), None)
     return ''.join(c['source']) if c else ''
 
+# The kernel's environment: the reader's, minus other libraries' progress bars (tqdm's, as `datasets` draws them),
+# which would be saved as Jupyter widgets that the docs cannot show. fastprogress's HTML bars stay.
+KERNEL_ENV = {**os.environ, 'TQDM_DISABLE': '1', 'HF_DATASETS_DISABLE_PROGRESS_BARS': '1', 'HF_HUB_DISABLE_PROGRESS_BARS': '1'}
+KERNEL_ENV.pop('IN_TEST', None)
+
 def directives(src):
     "The `#| ...` lines at the top of a cell as {name: value}"
     res = {}
@@ -68,7 +73,7 @@ def to_run(cell, skip_slow):
     return not (skip_slow and 'slow' in d)
 
 def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
-    "Execute `nb_path` in a kernel; save it with its outputs when every cell ran. Returns (ok, seconds, slow cell times)"
+    "Execute `nb_path` in a kernel; save it with its outputs when every cell ran. Returns (ok, seconds, slow cell times, notebook)"
     import nbformat, tempfile
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
@@ -78,9 +83,9 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
     try:
         with tempfile.TemporaryDirectory() as sockets:  # the kernel talks over local sockets, not TCP
             km = KernelManager(kernel_name=kernel, transport='ipc', ip=os.path.join(sockets, 'kernel'))
-            client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False,
+            client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, store_widget_state=False,
                                     resources={'metadata': {'path': str(nb_path.parent)}})
-            with client.setup_kernel():
+            with client.setup_kernel(env=KERNEL_ENV):
                 for i, cell in enumerate(nb.cells):
                     if not to_run(cell, skip_slow): continue
                     t = time.time()
@@ -89,11 +94,12 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
     except CellExecutionError as e:
         msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
         print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
-        return False, time.time() - t0, slow
+        return False, time.time() - t0, slow, nb
     if save:
+        nb.metadata.pop('widgets', None)
         nbformat.write(nb, nb_path)
         subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(nb_path)], check=True, cwd=ROOT)
-    return True, time.time() - t0, slow
+    return True, time.time() - t0, slow, nb
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,15 +107,19 @@ if __name__ == '__main__':
     ap.add_argument('--skip-slow', action='store_true', help='do not run cells flagged `slow` (their saved outputs stay)')
     ap.add_argument('--check', action='store_true', help='run only; save nothing')
     ap.add_argument('--timeout', type=int, default=1800, help='seconds a cell may take (default %(default)s)')
+    ap.add_argument('-j', '--jobs', type=int, default=1, help='notebooks run at once, each in its own kernel (default %(default)s)')
     args = ap.parse_args()
     try: import nbclient, nbformat  # noqa: F401
     except ImportError: sys.exit('!!! nbclient is missing: pip install -e ".[docs]" (or `make setup`, whose EXTRAS include docs)')
-    nbs, failed, t0 = find_notebooks(args.paths), [], time.time()
-    for nb in nbs:
-        ok, secs, slow = run(nb, skip_slow=args.skip_slow, save=not args.check, timeout=args.timeout)
+    nbs, t0 = find_notebooks(args.paths), time.time()
+    from concurrent.futures import ThreadPoolExecutor
+    def one(nb):
+        ok, secs, slow, _ = run(nb, skip_slow=args.skip_slow, save=not args.check, timeout=args.timeout)
         extra = ''.join(f"; slow cell {i}: {s:.0f} s" for i, s in slow)
         print(f"{'ran' if ok else 'FAILED'} {rel(nb)} in {secs:.1f} s{extra}", flush=True)
-        if not ok: failed.append(nb)
+        return nb, ok
+    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        failed = [nb for nb, ok in ex.map(one, nbs) if not ok]
     print(f">>> {len(nbs) - len(failed)} of {len(nbs)} notebooks ran{' and were saved' if not args.check else ''} "
           f"in {time.time() - t0:.0f} s")
     if failed: sys.exit(f"!!! failed: {', '.join(str(rel(f)) for f in failed)}")
