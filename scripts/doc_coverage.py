@@ -83,11 +83,21 @@ def exports():
                 if k.startswith('_') or not (inspect.isfunction(f) and _own(f)): continue
                 yield f'{name}.{k}', v, 'property' if isinstance(v, property) else 'method', f.__module__
 
+def _own_params(f):
+    "The parameters `f`'s own code declares (not those `fastcore.delegates` copied from another function)"
+    code = getattr(f, '__code__', None)
+    if code is None: return None
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return set(code.co_varnames[:n])
+
 def undocumented_params(f, skip=()):
+    "The parameters of `f` without a docment (those delegated to another function are documented there)"
     from fastcore.docments import docments
-    try: docs = docments(inspect.unwrap(f), full=False, args_kwargs=True)
+    f = inspect.unwrap(f)
+    try: docs = docments(f, full=False, args_kwargs=True)
     except (TypeError, ValueError, OSError): return []
-    return [p for p, d in docs.items() if d is None and p not in EXEMPT_PARAMS and p not in skip]
+    own = _own_params(f)
+    return [p for p, d in docs.items() if d is None and p not in EXEMPT_PARAMS and p not in skip and (own is None or p in own)]
 
 def problems():
     "[(notebook, name, what, message)] for every gap; `what` is 'docstring', 'params' or 'entry'"
