@@ -176,6 +176,9 @@ def _check_callback(cb):
         raise TypeError(f"{cb.__name__} is a class, not a callback: pass an instance, e.g. `{cb.__name__}()`")
     if cb is None or isinstance(cb, (str, bytes, int, float)):
         raise TypeError(f"{cb!r} is not a callback: pass objects with hook methods such as `before_batch`")
+    if isinstance(cb, (list, tuple, set, frozenset, collections.abc.Mapping, collections.abc.Iterator)):
+        raise TypeError(f"A {type(cb).__name__} among the callbacks is no callback: pass one flat list (e.g. `[*these, *those]`), "
+                        f"or make a group, an object whose `callbacks` attribute lists its members")
     if (policy := getattr(cb, 'on_error', 'raise')) not in _policies:
         raise ValueError(f"{type(cb).__name__}.on_error is {policy!r}, which is no error policy: use 'raise' (the default), 'warn' or 'ignore'")
 

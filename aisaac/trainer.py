@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
                              CancelFitException, CancelStepException, with_cbs)
 from .dispatch import CallbackMixin, _handler, _name_of
+from .history import RunHistory
 
 # %% ../nbs/20_trainer.ipynb #a7149a36
 def _check_trainer_args(dls, loss_func, opt_func, model):
@@ -65,6 +66,7 @@ class Trainer(CallbackMixin):
         _check_trainer_args(dls, loss_func, opt_func, model)
         self.dls, self.loss_func, self.opt_func, self.model = dls, loss_func, opt_func, model
         self.opt, self.dl, self.epoch, self.batch_num = None, None, 0, 0
+        self.history = RunHistory()  # kept across fits: `trainer.history.reset()` starts afresh
         self.add_callbacks(callbacks)
         self.run_callbacks('after_create')
 
@@ -75,10 +77,12 @@ class Trainer(CallbackMixin):
             lr:float=1e-3, # learning rate given to `opt_func`
             callbacks=None, # callbacks for this fit only, removed afterwards, also when it raised
             train:bool=True, # run the training pass of each epoch
-            valid:bool=True): # run the validation pass of each epoch
+            valid:bool=True, # run the validation pass of each epoch
+            resume_from=None): # a checkpoint file to continue from, written by `save_checkpoint` (`aisaac.checkpoint`)
         "Fit the model for `n_epochs`, with a new optimizer at `lr`"
         _check_fit_args(self, n_epochs, lr, train, valid)
-        added = self.add_callbacks(callbacks)
+        extra = self._fit_callbacks(resume_from)  # a checkpoint to resume is read and checked before anything starts
+        added = self.add_callbacks(callbacks) + self.add_callbacks(extra)
         try:
             self._check_steps(train)
             self.n_epochs, self.epochs, self.lr = n_epochs, range(n_epochs), lr
@@ -98,6 +102,11 @@ class Trainer(CallbackMixin):
             self.remove_callbacks(added)
             self._enable_all()
 
+    def _fit_callbacks(self, resume_from):
+        "Callbacks every fit adds: none here; `aisaac.checkpoint` adds one that knows where the fit is and resumes it"
+        if resume_from is not None: raise ImportError("`fit(resume_from=...)` needs `aisaac.checkpoint`: `import aisaac.checkpoint`")
+        return []
+
     @with_cbs('fit', CancelFitException)
     def _fit(self, train, valid):
         for self.epoch in self.epochs:
@@ -108,7 +117,7 @@ class Trainer(CallbackMixin):
     def one_epoch(self, training:bool): # the training pass (`True`) or the validation pass
         "Run one pass over the training (`train` phase) or the validation loader (`validate` phase)"
         self.model.train(training)
-        self.dl = self.dls.train if training else self.dls.valid
+        self.dl, self.first_batch = self.dls.train if training else self.dls.valid, 0  # a resumed pass starts later
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
         if training and self.nonfinite_loss: self._check_loss()
 
@@ -121,7 +130,7 @@ class Trainer(CallbackMixin):
     @with_cbs('epoch', CancelEpochException)
     def _one_epoch(self):
         batches = iter(self.dl)
-        for self.batch_num in itertools.count():
+        for self.batch_num in itertools.count(self.first_batch):
             self.run_callbacks('before_dataloader')
             if (batch := next(batches, _END)) is _END: break
             self.batch = batch
@@ -212,7 +221,8 @@ _batch_events = ('before_dataloader', 'after_dataloader', 'before_batch', 'befor
 Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', 'before_fit',
                   'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
-                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics')
+                  'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics',
+                  'log', 'log_image')
 
 Trainer.runtime_attrs = ('model', 'dls', 'loss_func', 'opt_func', 'opt', 'cbs', 'epoch', 'epochs', 'n_epochs', 'lr', 'do_train', 'do_valid',
                          'dl', 'batch', 'batch_num', 'preds', 'loss', 'training', 'outcome', 'exception', 'history')
@@ -247,6 +257,24 @@ Trainer.foreign_hooks = {  # other libraries' hook names (Lightning, Cerebras, K
 Trainer.foreign_steps = {'calculate_train_batch_loss': '`predict` and `get_loss`', 'calculate_eval_batch_loss': '`predict` and `get_loss`',
                          'training_step': '`predict` and `get_loss`', 'backward_step': '`backward`', 'optimizer_step': '`step`',
                          'optimizer_zero_grad': '`zero_grad`'}
+
+# %% ../nbs/20_trainer.ipynb #a2704558
+@patch
+def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are read to numbers
+        step:int=None, # the epoch or batch the values belong to; `None`: each logger numbers them in turn
+        per:str='epoch'): # `'epoch'` or `'batch'`
+    "Send `metrics` to every logger callback through the `log` event"
+    if not isinstance(metrics, dict): raise TypeError(f"`metrics` must be a dict of {{name: number}} (got {type(metrics).__name__}): e.g. `trainer.log({{'lr': 0.01}})`")
+    if per not in ('epoch', 'batch'): raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
+    metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+    self.run_callbacks('log', metrics=metrics, step=step, per=per)
+
+@patch
+def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions'`
+              image, # a matplotlib `Figure`, or an array or tensor: HxW, HxWxC (channels last) or CxHxW, floats in [0, 1] or `uint8`
+              step:int=None): # the epoch it belongs to
+    "Send `image` to every logger callback that takes images, through the `log_image` event"
+    self.run_callbacks('log_image', name=name, image=image, step=step)
 
 # %% ../nbs/20_trainer.ipynb #b041a3be
 class CallbackSummary(list):

@@ -75,6 +75,7 @@ def exports():
         for name in getattr(mod, '__all__', []):
             o = getattr(mod, name, None)
             if not (callable(o) and _own(o)) or id(o) in seen: continue
+            if getattr(o, '__name__', name) != name and o.__name__ in mod.__all__: continue  # an alias: walked by its own name
             seen.add(id(o))
             yield name, o, 'class' if inspect.isclass(o) else 'function', o.__module__
             if not inspect.isclass(o): continue

@@ -8,62 +8,97 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/metrics.html.md"""
 __all__ = ['MetricsCB']
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #f153b716
+import copy
 import torch
 from ..callback import Callback
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
+def _check_metric(name, m):
+    if not all(callable(getattr(m, a, None)) for a in ('update', 'compute', 'reset')):
+        raise TypeError(f"metric {name!r} ({type(m).__name__}) needs `update(preds, targets)`, `compute()` and `reset()`: "
+                        f"pass a torcheval or torchmetrics metric, e.g. `MetricsCB(accuracy=MulticlassAccuracy())`")
+    return m
+
+_loss_names = {'train': 'train_loss', 'valid': 'valid_loss'}
+
 class MetricsCB(Callback):
-    "Track the train and valid loss (weighted by batch size) and `metrics` computed on the validation set, per epoch"
+    "Track the train and valid loss (weighted by batch size) and `metrics` on the validation set, per epoch, into `trainer.history`"
     def __init__(self, *metrics, # metrics named by their class
+                 train_metrics:bool=False, # also compute the metrics on the training pass, as `train_<name>`
                  **named_metrics): # metrics by name
-        self.metrics = {type(m).__name__: m for m in metrics} | named_metrics
+        if not isinstance(train_metrics, bool):
+            raise TypeError(f"`train_metrics` is the switch for metrics on the training pass (got {train_metrics!r}): give your metric another name")
+        self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
+        self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
+        self.row = {}
+        self._reset()
 
     def before_fit(self, trainer):
         "Start the sums at zero"
         self.device, self.row = None, {}
         self._reset()
 
-    def _reset(self): self.batch_losses, self.batch_sizes = [], []
+    def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
+
+    def _pass_losses(self):
+        "This pass's batch losses on the CPU (those from before a resume first)"
+        return torch.cat([self.resumed_losses, torch.stack(self.batch_losses).float().cpu() if self.batch_losses else torch.zeros(0)])
 
     def after_batch(self, trainer):
-        "Keep the batch's loss and size, and on validation update the metrics, all on the device"
+        "Keep the batch's loss and size, and update the pass's metrics, all on the device"
         targets = trainer.batch[-1]
         self.batch_losses.append(trainer.loss.detach())
         self.batch_sizes.append(len(targets))
-        if not trainer.training:
+        if ms := (self.train_metrics if trainer.training else self.metrics):
             if self.device is None: self._to(trainer.preds.device)
-            for m in self.metrics.values(): m.update(trainer.preds, targets)
+            preds = trainer.preds.detach()
+            for m in ms.values(): m.update(preds, targets)
 
     def _to(self, device):
         self.device = device
-        for m in self.metrics.values():
+        for m in (*self.metrics.values(), *self.train_metrics.values()):
             if hasattr(m, 'to'): m.to(device)
 
     def cleanup_epoch(self, trainer):
-        "Read the pass's loss and metrics once, keep them, and log the epoch's row when it is complete"
-        losses = torch.stack(self.batch_losses).float().cpu() if self.batch_losses else torch.zeros(0)
-        self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
-        sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
-        self.row.setdefault('epoch', trainer.epoch)
+        "Read the pass's loss and metrics once, keep them, and log the epoch when it is complete"
+        losses = self._pass_losses()
         split = 'train' if trainer.training else 'valid'
+        self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
+        for v in losses.tolist(): trainer.history.update_metric(f'{split}_loss', v, per='batch')
+        sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
+        if not self.row: self.step = self._next_step(trainer.history)  # the epoch's first pass: nothing of it recorded yet
+        self.row.setdefault('epoch', trainer.epoch)
         self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
-        if not trainer.training:
-            self.row |= {name: float(m.compute()) for name, m in self.metrics.items()}
-            for m in self.metrics.values(): m.reset()
+        ms = self.train_metrics if trainer.training else self.metrics
+        self.row |= {name: float(m.compute()) for name, m in ms.items()}
+        for m in ms.values(): m.reset()
         if not trainer.training or not trainer.do_valid: self._log(trainer)
         self._reset()
 
+    def _next_step(self, h):
+        return max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
+
     def state_dict(self):
-        "The per-epoch and per-batch records, for checkpoints"
-        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch}
+        "The per-epoch and per-batch records, and the pass in progress (for a checkpoint inside an epoch), for checkpoints"
+        current = {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
+                   'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
+        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch, 'pass': current}
 
     def load_state_dict(self, state:dict): # from `state_dict`
-        "Restore the records of `state_dict`"
+        "Restore the records of `state_dict`, and the pass it was in"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
+        if (p := state.get('pass')) is None: return
+        self._reset()
+        self.resumed_losses, self.batch_sizes, self.row = p['losses'].float().cpu(), list(p['sizes']), dict(p['row'])
+        for n, s in p['train_metrics'].items(): self.train_metrics[n].load_state_dict(s)
 
     def _log(self, trainer):
-        self.losses_epoch.append({k: self.row[k] for k in ('train', 'valid') if k in self.row})
-        if not trainer.training: self.metrics_epoch.append({k: self.row[k] for k in self.metrics})
         row, self.row = self.row, {}
+        self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
+        names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
+        if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
+        values = {_loss_names.get(k, k): v for k, v in row.items() if k != 'epoch'}  # in the row's order: train, then valid
+        for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
+        trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)

@@ -1,0 +1,217 @@
+"Loggers: what they write (read back with csv, json, TensorBoard's reader and MLflow's client), flushing, failures."
+import csv, json, math, sys, warnings
+from types import SimpleNamespace
+import pytest, torch
+from torch import nn
+import torcheval.metrics as tem
+from aisaac.trainer import Trainer
+from aisaac.callback import Callback
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.loggers import (Logger, ConsoleLogger, CSVLogger, JSONLinesLogger, TensorBoardLogger, MLflowLogger,
+                                      run_config, _image_array)
+
+def cls_dls(n=192, bs=32):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g); y = (x[:, 0] - x[:, 2] > 0).long()
+    batches = [(x[i:i+bs], y[i:i+bs]) for i in range(0, n, bs)]
+    return SimpleNamespace(train=batches[:4], valid=batches[4:])
+
+def fit(*cbs, n_epochs=3, **kw):
+    torch.manual_seed(0)
+    t = Trainer(cls_dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2),
+                callbacks=[BasicTrainCB(), MetricsCB(acc=tem.MulticlassAccuracy()), *cbs])
+    t.fit(n_epochs, lr=0.05, **kw)
+    return t
+
+class LogBatches(Callback):
+    "Logs a per-batch value: the batch's number in the fit"
+    def before_fit(self, t): self.n = 0
+    def after_batch(self, t):
+        if t.training: t.log({'seen': float(self.n)}, per='batch'); self.n += 1
+
+class FailAt(Callback):
+    "Raises at the start of epoch `epoch`"
+    def __init__(self, epoch): self.epoch = epoch
+    def before_epoch(self, t):
+        if t.epoch == self.epoch: raise RuntimeError('boom')
+
+class ReadEachEpoch(Callback):
+    "After each epoch (both passes done), reads the log file with `read`: it must already hold that epoch"
+    order = 30
+    def __init__(self, read): self.read, self.seen = read, []
+    def checkpoint(self, t, at):
+        if at == 'epoch': self.seen.append(self.read())
+
+HIST = ('train_loss', 'valid_loss', 'acc')
+
+# ---------------------------------------------------------------- console, CSV, JSON lines
+def test_console_logger_prints_a_line_per_epoch(capsys):
+    t = fit(ConsoleLogger())
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith('epoch 0: train_loss ')
+    assert f"acc {t.history.get_metric_values('acc')[2]:.6g}" in lines[2]
+
+def test_csv_has_one_row_per_epoch_with_the_numbers_of_the_history(tmp_path):
+    t = fit(CSVLogger(tmp_path/'sub'/'m.csv'), LogBatches())
+    rows = list(csv.DictReader(open(tmp_path/'sub'/'m.csv')))
+    assert list(rows[0]) == ['epoch', *HIST] and [int(r['epoch']) for r in rows] == [0, 1, 2]
+    for name in HIST: assert [float(r[name]) for r in rows] == t.history.get_metric_values(name)  # exact: numbers in full
+
+def test_csv_per_batch_and_new_columns(tmp_path):
+    class Late(Callback):
+        def after_epoch(self, t):
+            if not t.training and t.epoch == 1: t.log({'extra': 7.5}, step=1)
+    t = fit(CSVLogger(tmp_path/'b.csv', per='batch'), CSVLogger(tmp_path/'e.csv'), LogBatches(), Late())
+    rows = list(csv.DictReader(open(tmp_path/'b.csv')))
+    assert [float(r['seen']) for r in rows] == list(range(12)) and list(rows[0]) == ['batch', 'seen']
+    rows = list(csv.DictReader(open(tmp_path/'e.csv')))
+    assert [r['extra'] for r in rows] == ['', '7.5', '']
+    with pytest.raises(ValueError, match="two loggers"): CSVLogger(tmp_path/'x.csv', per='all')
+
+def test_jsonl_writes_a_line_per_log_call_per_epoch_and_batch(tmp_path):
+    lg = JSONLinesLogger(tmp_path/'log.jsonl')
+    t = fit(lg, LogBatches())
+    lines = [json.loads(l) for l in open(tmp_path/'log.jsonl')]
+    epochs = [l for l in lines if l['per'] == 'epoch']
+    assert [l['step'] for l in epochs] == [0, 1, 2]
+    for name in HIST: assert [l[name] for l in epochs] == t.history.get_metric_values(name)
+    assert [l['seen'] for l in lines if l['per'] == 'batch'] == list(range(12))
+    t.fit(1)  # the same logger in a second fit appends
+    again = [json.loads(l) for l in open(tmp_path/'log.jsonl')]
+    assert again[:len(lines)] == lines and len(again) == len(lines) + 1 + 4
+    assert [l['step'] for l in again if l['per'] == 'epoch'] == [0, 1, 2, 3]
+
+def test_jsonl_writes_nan_as_null(tmp_path):
+    lg = JSONLinesLogger(tmp_path/'n.jsonl')
+    t = fit(lg, n_epochs=1)
+    t.fit(1, callbacks=[])
+    t.log({'loss': float('nan'), 'name': 'x'}, step=9)  # outside a fit: the logger's file is closed, nothing written
+    lg.before_fit(t); t.log({'loss': float('nan')}, step=9); lg.cleanup_fit(t)
+    assert json.loads(open(tmp_path/'n.jsonl').readlines()[-1]) == {'per': 'epoch', 'step': 9, 'loss': None}
+
+@pytest.mark.parametrize('make', [lambda p: CSVLogger(p/'m.csv'), lambda p: JSONLinesLogger(p/'m.jsonl')])
+def test_files_are_flushed_each_epoch_and_a_crashed_run_keeps_its_log(tmp_path, make):
+    lg = make(tmp_path)
+    count = lambda: sum(1 for l in open(lg.path) if l.strip()) - isinstance(lg, CSVLogger)  # rows (CSV: less its header)
+    probe = ReadEachEpoch(count)
+    with pytest.raises(RuntimeError, match='boom'): fit(lg, probe, FailAt(2))
+    assert probe.seen == [1, 2] and count() == 2
+
+def test_a_logger_that_cannot_write_warns_and_the_fit_completes(tmp_path):
+    (tmp_path/'file').write_text('')
+    with pytest.warns(UserWarning, match=r"CSVLogger.before_fit .* the callback is disabled"):
+        t = fit(CSVLogger(tmp_path/'file'/'m.csv'))
+    assert len(t.history.get_metric_values('valid_loss')) == 3
+    class Breaks(Callback):  # the log file goes away in the middle of the run
+        order = 30
+        def after_epoch(self, t):
+            if t.epoch == 1 and not t.training: t.JSONLinesLogger.file.close()
+    with pytest.warns(UserWarning, match="JSONLinesLogger"):
+        t = fit(JSONLinesLogger(tmp_path/'j.jsonl'), Breaks())
+    assert len(t.history.get_metric_values('valid_loss')) == 3
+    assert len(open(tmp_path/'j.jsonl').readlines()) == 1  # epoch 0, flushed before the file broke
+
+def test_a_logger_must_write_log(tmp_path):
+    class Nothing(Logger): pass
+    with pytest.warns(UserWarning, match="must define `log"): fit(Nothing())
+
+# ---------------------------------------------------------------- TensorBoard
+class Img(Callback):
+    "Logs an image at the end of the fit"
+    def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
+
+def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    t = fit(TensorBoardLogger(tmp_path/'tb'), LogBatches(), Img())
+    ea = EventAccumulator(str(tmp_path/'tb'), size_guidance={'scalars': 0, 'images': 0}); ea.Reload()
+    assert sorted(ea.Tags()['scalars']) == sorted([*HIST, 'batch/seen'])
+    for name in HIST:
+        ev = ea.Scalars(name)
+        assert [e.step for e in ev] == [0, 1, 2]
+        assert [e.value for e in ev] == pytest.approx(t.history.get_metric_values(name), rel=1e-6)  # stored as float32
+    assert [e.value for e in ea.Scalars('batch/seen')] == list(range(12))
+    img = ea.Images('grid')
+    assert len(img) == 1 and (img[0].step, img[0].width, img[0].height) == (2, 10, 8)
+
+# ---------------------------------------------------------------- MLflow
+def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    monkeypatch.delenv('MLFLOW_TRACKING_URI', raising=False)
+    assert MLflowLogger().tracking_uri == 'sqlite:///mlruns.db'
+    monkeypatch.setenv('MLFLOW_TRACKING_URI', f'sqlite:///{tmp_path}/mlruns.db')
+    lg = MLflowLogger(experiment='test')
+    assert lg.tracking_uri == f'sqlite:///{tmp_path}/mlruns.db'
+    monkeypatch.chdir(tmp_path)  # the images go to the experiment's artifact folder, by default ./mlruns
+    t = fit(lg, LogBatches(), Img())
+    c = MlflowClient(lg.tracking_uri)
+    for name in HIST:
+        h = c.get_metric_history(lg.run_id, name)
+        assert [m.step for m in h] == [0, 1, 2] and [m.value for m in h] == t.history.get_metric_values(name)
+    assert [m.value for m in c.get_metric_history(lg.run_id, 'batch/seen')] == list(range(12))
+    run = c.get_run(lg.run_id)
+    assert run.info.status == 'FINISHED' and run.data.params['lr'] == '0.05' and run.data.params['n_params'] == '10'
+    assert c.get_experiment(run.info.experiment_id).name == 'test'
+    assert any('grid' in f.path for f in c.list_artifacts(lg.run_id, 'images'))
+    lg2 = MLflowLogger(lg.tracking_uri, experiment='test')
+    with pytest.raises(RuntimeError): fit(lg2, FailAt(1))
+    run2 = c.get_run(lg2.run_id)
+    assert run2.info.status == 'FAILED' and len(c.get_metric_history(lg2.run_id, 'valid_loss')) == 1
+
+# ---------------------------------------------------------------- optional packages, images
+@pytest.mark.parametrize('cls,module,extra', [(TensorBoardLogger, 'torch.utils.tensorboard', 'tensorboard'),
+                                              (MLflowLogger, 'mlflow', 'mlflow')])
+def test_a_missing_package_names_the_extra(monkeypatch, cls, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=rf'{cls.__name__} needs the `{extra}` package: pip install "aisaac\[{extra}\]"'): cls()
+
+def test_image_arrays():
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    assert _image_array(torch.ones(3, 4, 5)).shape == (4, 5, 3) and _image_array(torch.ones(3, 4, 5)).max() == 255
+    assert _image_array(torch.zeros(4, 5)).shape == (4, 5, 3)
+    fig = plt.figure(figsize=(2, 1), dpi=50)
+    assert _image_array(fig).shape == (50, 100, 3); plt.close(fig)
+    with pytest.raises(ValueError, match="HxW"): _image_array(torch.zeros(2, 3, 4, 5))
+
+def test_run_config_names_the_settings():
+    t = fit(n_epochs=1)
+    cfg = run_config(t)
+    assert cfg | {'callbacks': ''} == {'n_epochs': 1, 'lr': 0.05, 'opt_func': 'Adam', 'loss_func': 'CrossEntropyLoss',
+                                       'model': 'Linear', 'n_params': 10, 'callbacks': ''}
+    assert 'MetricsCB' in cfg['callbacks']
+
+# ---------------------------------------------------------------- results file
+from aisaac.callbacks.results import ResultsFileCB
+
+def test_results_file_records_the_run(tmp_path):
+    path = tmp_path/'r'/'results.jsonl'
+    t = fit(ResultsFileCB(path, config={'seed': 0, 'data': 'synthetic'}), LogBatches())
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs] == ['run_start', 'epoch', 'epoch', 'epoch', 'run_stop']
+    assert len({r['run'] for r in recs}) == 1
+    assert recs[0]['config'] == run_config(t) | {'seed': 0, 'data': 'synthetic'} and recs[0]['system']['torch'] == torch.__version__
+    assert [r['epoch'] for r in recs[1:4]] == [0, 1, 2]
+    for name in HIST: assert [r['metrics'][name] for r in recs[1:4]] == t.history.get_metric_values(name)
+    assert 'seen' not in recs[1]['metrics']  # per-batch values are not a result
+    stop = recs[-1]
+    assert (stop['status'], stop['error'], stop['epochs']) == ('ok', None, 3)
+    assert stop['result'] == {n: t.history.get_latest_metric(n) for n in HIST}
+    times = [r['time'] for r in recs]
+    assert times == sorted(times) and stop['duration_s'] >= 0
+
+def test_results_file_is_flushed_each_epoch_and_ends_a_failed_run(tmp_path):
+    path = tmp_path/'results.jsonl'
+    probe = ReadEachEpoch(lambda: [json.loads(l)['event'] for l in open(path)])
+    with pytest.raises(RuntimeError, match='boom'): fit(ResultsFileCB(path), probe, FailAt(2))
+    assert probe.seen == [['run_start', 'epoch'], ['run_start', 'epoch', 'epoch']]
+    recs = [json.loads(l) for l in open(path)]
+    assert (recs[-1]['event'], recs[-1]['status'], recs[-1]['error'], recs[-1]['epochs']) == ('run_stop', 'error', 'RuntimeError: boom', 2)
+    fit(ResultsFileCB(path), n_epochs=1)  # a second run is appended, with its own id
+    recs = [json.loads(l) for l in open(path)]
+    assert [r['event'] for r in recs].count('run_start') == 2 and len({r['run'] for r in recs}) == 2
+
+def test_results_file_that_cannot_be_written_warns(tmp_path):
+    (tmp_path/'file').write_text('')
+    with pytest.warns(UserWarning, match="ResultsFileCB"): t = fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'))
+    assert len(t.history.get_metric_values('valid_loss')) == 3

@@ -1,0 +1,99 @@
+"Progress: clean output to a pipe, the live loss graph (one point per training batch), no host sync per batch, printed progress."
+import io, re, subprocess, sys, textwrap
+from types import SimpleNamespace
+import pytest, torch
+from torch import nn
+from aisaac.trainer import Trainer
+from aisaac.callback import Callback
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+import aisaac.callbacks.progress as progress
+from aisaac.callbacks.progress import ProgressCB, PrintProgressCB
+
+def cls_dls(n_batches=20, bs=16):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n_batches * bs, 4, generator=g); y = (x[:, 0] > 0).long()
+    batches = [(x[i:i+bs], y[i:i+bs]) for i in range(0, len(x), bs)]
+    return SimpleNamespace(train=batches, valid=batches[:5])
+
+def trainer(*cbs, n_batches=20, opt_func=torch.optim.Adam):
+    torch.manual_seed(0)
+    return Trainer(cls_dls(n_batches), nn.CrossEntropyLoss(), opt_func, nn.Linear(4, 2),
+                   callbacks=[BasicTrainCB(), MetricsCB(), *cbs])
+
+SCRIPT = textwrap.dedent('''
+    import sys; sys.path.insert(0, {tests!r})
+    from test_progress import trainer
+    from aisaac.callbacks.progress import ProgressCB, PrintProgressCB
+    trainer(ProgressCB(plot={plot}), PrintProgressCB(), n_batches=50).fit(3, lr=0.01)
+''')
+
+@pytest.mark.parametrize('plot', [False, True])
+def test_output_to_a_pipe_is_clean_and_short(plot):
+    "Run in a subprocess writing to a pipe, as in CI: no bars, no control characters, a few lines"
+    tests = str(__import__('pathlib').Path(__file__).parent)
+    res = subprocess.run([sys.executable, '-c', SCRIPT.format(tests=tests, plot=plot)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert not re.search(r'[\x00-\x08\x0b-\x1f\x7f]', out), repr(out[:300])  # no \r, no escape sequences, no backspaces
+    lines = out.splitlines()
+    assert len(lines) < 100
+    assert lines[0] == 'fit: 3 epochs at lr 0.01, 50 training batches per epoch'
+    assert lines[1].split() == ['epoch', 'train', 'valid']  # ProgressCB's table header
+    assert sum(l.startswith('epoch ') and '/3 (' in l for l in lines) == 3 and lines[-1].startswith('fit done in')
+    assert len(lines) == 1 + 1 + 3 * 2 + 1
+
+def test_plot_has_one_point_per_training_batch_and_valid_points_at_epoch_ends():
+    t = trainer(ProgressCB(plot=True, bars=False), n_batches=7)
+    with __import__('contextlib').redirect_stdout(io.StringIO()): t.fit(3, lr=0.01)
+    p = t.ProgressCB
+    assert p.train_losses == pytest.approx([r['loss'] for r in t.MetricsCB.losses_batch if r['training']])
+    assert [x for x, _ in p.valid_losses] == [7, 14, 21]
+    assert [v for _, v in p.valid_losses] == t.history.get_metric_values('valid_loss')
+    ax = p.loss_figure().axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ('training batches', 'loss') and ax.get_title()
+    assert [len(l.get_xdata()) for l in ax.lines] == [21, 3]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ['train (per batch)', 'valid (per epoch)']
+
+def test_live_graph_in_a_notebook_is_redrawn_with_every_point(monkeypatch, capsys):
+    "Pretend to be in a notebook: the graph is displayed once, then updated, and ends with every batch's point"
+    import IPython.display
+    shown = []
+    class Handle:
+        def update(self, fig): shown.append([len(l.get_xdata()) for l in fig.axes[0].lines])
+    def display(fig, display_id=None):
+        shown.append([len(l.get_xdata()) for l in fig.axes[0].lines]); return Handle()
+    monkeypatch.setattr(progress, 'IN_NOTEBOOK', True)
+    monkeypatch.setattr(IPython.display, 'display', display)
+    t = trainer(ProgressCB(plot=True, bars=True, refresh=3600), n_batches=6)
+    t.fit(2, lr=0.01)
+    assert shown[0] == [1] and shown[-1] == [12, 2]  # the first batch, then at the end all 12 batches and 2 valid points
+    assert len(shown) >= 1 + 2  # at least once per epoch besides the first draw
+
+class CountItems(Callback):
+    "Counts `Tensor.item` calls (host syncs) during the fit"
+    def before_fit(self, t):
+        self.n, real = 0, torch.Tensor.item
+        def item(x): self.n += 1; return real(x)
+        self.real, torch.Tensor.item = real, item
+    def cleanup_fit(self, t): torch.Tensor.item = self.real
+
+@pytest.mark.parametrize('plot', [False, True])
+def test_no_host_sync_per_batch(plot, capsys):
+    "With bars drawn, the loss is read at most every `refresh` seconds; with the graph, the kept losses are read in one go"
+    cnt = CountItems()
+    t = trainer(ProgressCB(plot=plot, bars=True, refresh=3600), cnt, n_batches=40, opt_func=torch.optim.SGD)  # (Adam reads its step count with `item`)
+    t.fit(2, lr=0.01)
+    assert cnt.n <= 1 + 2 * 2  # the bar's first reading, MetricsCB's one per pass; not 80 batches' worth
+
+def test_print_progress_says_how_the_fit_ended():
+    class Fail(Callback):
+        def before_epoch(self, t):
+            if t.epoch == 1: raise RuntimeError('boom')
+    out = io.StringIO()
+    with pytest.raises(RuntimeError): trainer(PrintProgressCB(file=out), Fail()).fit(3)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[1].startswith('epoch 1/3') and lines[2].startswith('fit stopped by an error in')
+    out = io.StringIO()
+    trainer(PrintProgressCB(file=out)).fit(2, train=False)  # validation only: still one line per epoch
+    assert [l.split(' (')[0] for l in out.getvalue().splitlines()[1:3]] == ['epoch 1/2', 'epoch 2/2']
