@@ -109,7 +109,6 @@ def test_learner_c34_to_cpu():
     c = to_cpu(x)
     assert c['a'][0].dtype == torch.float32 and not c['a'][0].requires_grad and isinstance(c['b'], tuple)
 
-@xfail('12 (h12a)', "`MetricsCB(train_metrics=True)`: metrics on the training pass too, as miniai computes them")
 def test_learner_c35_c37_metrics_cb_train_and_eval():
     set_seed(0)
     dls = fast_dls(transform_flat, 64, 1000, 500)
@@ -120,7 +119,6 @@ def test_learner_c35_c37_metrics_cb_train_and_eval():
     assert {'train_loss', 'valid_loss', 'train_accuracy', 'accuracy'} <= set(h.metric_names)  # miniai prints a train and an eval row
     assert 0.25 < h.get_latest_metric('train_accuracy') < 1 and 0.3 < h.get_latest_metric('accuracy') < 1  # both passes, as miniai prints
 
-@xfail('12 (h12a)', "`ProgressCB(plot=True)` keeps one point per training batch (`loss_figure()`)")
 def test_learner_c45_progress_plot_one_point_per_batch():
     dls = fast_dls(transform_flat, 256, 1000, 500)
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
@@ -145,7 +143,6 @@ def test_learner_c52_c54_momentum_learner_without_train_cb():
     assert all(torch.allclose(z, 0.85 * b) for z, b in zip(grads['z'], grads['b']))
     assert metrics.losses_epoch[0]['valid'] < 2.2 and metrics.metrics_epoch[0]['accuracy'] > 0.4
 
-@xfail('11 (h11a)', "`LRFinderCB(gamma, max_mult)`")
 def test_learner_c60_c61_lr_finder_cb():
     dls = fast_dls(transform_flat, 64, 2000, 500)
     learn = MomentumLearner(get_mlp(), dls, F.cross_entropy, lr=1e-5, cbs=[DeviceCB()])
@@ -156,7 +153,6 @@ def test_learner_c60_c61_lr_finder_cb():
     assert finder.losses[-1] > 3 * min(finder.losses) or len(finder.lrs) == 3 * len(dls.train) or not math.isfinite(finder.losses[-1])
     assert plt.gcf().axes[0].get_xscale() == 'log'
 
-@xfail('11 (h11a)', "`lr_find()` putting the model back")
 def test_learner_c62_c64_lr_find():
     dls = fast_dls(transform_flat, 64, 2000, 500)
     learn = MomentumLearner(get_mlp(), dls, F.cross_entropy, cbs=[DeviceCB()])
@@ -206,7 +202,6 @@ def test_activations_c15_c18_sequential_model_records_every_batch():
     plt.legend(range(5))
     assert len(plt.gca().lines) == 6
 
-@xfail('12 (h12b)', "`Hook(module, func)`")
 def test_activations_c30_c35_hook_class():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     model = nn.Sequential(*cnn_layers())
@@ -216,7 +211,6 @@ def test_activations_c30_c35_hook_class():
     for h in hooks: h.remove()
     assert all(not m._forward_hooks for m in model.modules())
 
-@xfail('12 (h12b)', "`Hooks(modules, func)` as a context manager")
 def test_activations_c42_c44_hooks_context_manager():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     model = nn.Sequential(*cnn_layers())
@@ -243,7 +237,6 @@ def test_activations_c46_c56_hooks_callback_histograms():
     for ax, h in zip(axes.flat, hc): show_image(get_hist(h), ax, origin='lower')
     assert n_axes(fig) == 5  # miniai's grid shows 4 of the 5
 
-@xfail('12 (h12b)', "miniai's `ActivationStats(mod_filter)` with `color_dim`, `dead_chart`, `plot_stats`")
 def test_activations_c58_c63_activation_stats():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     astats = ActivationStats(fc.risinstance(nn.Conv2d))
@@ -261,7 +254,6 @@ def test_activations_c58_c63_activation_stats():
 
 def get_cnn(): return nn.Sequential(conv(1, 8), conv(8, 16), conv(16, 32), conv(32, 64), conv(64, 10, act=None), nn.Flatten())
 
-@xfail('11 (h11a)', "`lr_find(gamma, start_lr)`")
 def test_init_c06_lr_find_gamma_start_lr():
     dls = fast_dls(transformi, 256, 2000, 500)
     learn = MomentumLearner(get_cnn(), dls, F.cross_entropy, cbs=[DeviceCB()])
@@ -270,7 +262,6 @@ def test_init_c06_lr_find_gamma_start_lr():
     lrs = ax.lines[0].get_xdata()  # the plot's learning rates
     assert ax.get_xscale() == 'log' and lrs[0] == pytest.approx(1e-2) and lrs[1] == pytest.approx(1.1e-2)
 
-@xfail('12 (h12b)', "miniai's `ActivationStats(mod_filter)` on the ReLUs")
 def test_init_c07_c10_activation_stats_on_relus():
     dls = fast_dls(transformi, 256, 1000, 500)
     astats = ActivationStats(fc.risinstance(nn.ReLU))
@@ -290,14 +281,12 @@ def test_init_c11_c13_clean_mem():
     assert clean_ipython_hist() is False
     clean_mem()
 
-@xfail('11 (h11b)', "miniai's `init_weights(m, leaky)`")
 def test_init_c94_init_weights_kaiming():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(64, 128, 3), nn.Linear(10, 10)).apply(partial(init_weights, leaky=0.1))
     fan_in = 64 * 9
     assert model[0].weight.std().item() == pytest.approx(math.sqrt(2 / (1 + 0.1**2) / fan_in), rel=0.05)
 
-@xfail('11 (h11b)', "miniai's `BatchTransformCB(tfm)` transforms validation batches too (h11b's default `on_valid=False` skips them without a word)")
 def test_init_c81_c83_batch_transform_cb_normalises_both_passes():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     def _norm(b): return (b[0] - xmean) / xstd, b[1]
@@ -315,7 +304,6 @@ def test_init_c86_c87_normalised_batches():
     xb, yb = next(iter(dls.train))
     assert abs(xb.mean().item()) < 0.05 and abs(xb.std().item() - 1) < 0.05
 
-@xfail('11 (h11b)', "`GeneralRelu(leak, sub, maxv)`")
 def test_init_c89_general_relu():
     gr = GeneralRelu(leak=0.1, sub=0.4)
     assert gr(tensor([-1., 0., 1.])).tolist() == pytest.approx([-0.5, -0.4, 0.6])
@@ -328,14 +316,12 @@ def test_init_c90_c91_plot_func():
     assert list(line.get_ydata()) == pytest.approx(torch.tanh(torch.linspace(-5, 5, 100)).tolist())
     assert ax.get_xgridlines()[0].get_visible() and (ax.get_xlabel(), ax.get_ylabel()) == ('x', 'tanh(x)')
 
-@xfail('11 (h11b)', "miniai's `get_model(act, nfs, norm)` and `act_gr`")
 def test_init_c95_c97_c115_get_model_general_relu():
     model = get_model(act_gr, norm=nn.BatchNorm2d).apply(partial(init_weights, leaky=0.1))
     assert sum(isinstance(o, GeneralRelu) for o in model.modules()) == 4
     assert sum(isinstance(o, nn.BatchNorm2d) for o in model.modules()) == 4
     assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
 
-@xfail('11 (h11b)', "miniai's `lsuv_init(model, m, m_in, xb)`")
 def test_init_c103_c106_lsuv_init_miniai_signature():
     xb = next(iter(fast_dls(transformi, 1024, 1100, 500).train))[0]
     model = get_model(act_gr)
@@ -349,7 +335,6 @@ def test_init_c103_c106_lsuv_init_miniai_signature():
     for h in hooks: h.remove()
     assert all(abs(outs[r].mean()) < 1e-2 and abs(outs[r].std() - 1) < 1e-2 for r in relus)
 
-@xfail('11 (h11b)', "miniai's `get_model(..., norm=)` with a norm class of one's own")
 def test_init_c113_c116_layer_norm_of_ones_own():
     class LayerNorm(nn.Module):
         def __init__(self, dummy, eps=1e-5):
@@ -395,7 +380,6 @@ def test_sgd_c31_c38_learner_optimizer():
 def _lr(cb): return cb.pg['lr']
 def _beta1(cb): return cb.pg['betas'][0]
 
-@xfail('11 (h11a)', "miniai's `BatchSchedCB`")
 def test_sgd_c45_c53_batch_sched_cb_with_recorder():
     dls = fast_dls(transformi, 256, 1000, 500)
     tmax = 3 * len(dls.train)
@@ -408,7 +392,6 @@ def test_sgd_c45_c53_batch_sched_cb_with_recorder():
     rec.plot()
     assert plt.gcf().axes[0].lines[0].get_ydata().tolist() == pytest.approx(expected)
 
-@xfail('11 (h11a)', "miniai's `EpochSchedCB`")
 def test_sgd_c54_c56_epoch_sched_cb():
     dls = fast_dls(transformi, 256, 1000, 500)
     rec = RecorderCB(lr=_lr)
@@ -418,7 +401,6 @@ def test_sgd_c54_c56_epoch_sched_cb():
     n = len(dls.train)
     assert rec.recs['lr'] == pytest.approx([2e-2] * n + [1.5e-2] * n + [0.5e-2] * n)
 
-@xfail('11 (h11a)', "1cycle with miniai's `BatchSchedCB`")
 def test_sgd_c59_c61_one_cycle_lr_and_momentum():
     dls = fast_dls(transformi, 256, 1000, 500)
     lr, epochs = 6e-2, 2
@@ -456,7 +438,6 @@ def get_resnet(act=nn.ReLU, nfs=(8, 16, 32, 64, 128, 256), norm=nn.BatchNorm2d):
     layers += [ResBlock(nfs[i], nfs[i+1], act=act, norm=norm, stride=2) for i in range(len(nfs)-1)]
     return nn.Sequential(*layers, nn.Flatten(), nn.Linear(nfs[-1], 10, bias=False), nn.BatchNorm1d(10))
 
-@xfail('11 (h11b)', "`ResBlock(ni, nf, stride, ks, act, norm)` and miniai's `act_gr`")
 def test_resnet_c05_c14_res_block():
     assert isinstance(act_gr(), GeneralRelu) and act_gr().leak == 0.1 and act_gr().sub == 0.4
     xb = torch.randn(2, 1, 28, 28)
@@ -464,7 +445,6 @@ def test_resnet_c05_c14_res_block():
     assert ResBlock(8, 16, stride=2, norm=nn.BatchNorm2d)(torch.randn(2, 8, 28, 28)).shape == (2, 16, 14, 14)
     assert ResBlock(16, 16, ks=5)(torch.randn(2, 16, 7, 7)).shape == (2, 16, 7, 7)
 
-@xfail('11, 12 (h11b, h12b)', "`ResBlock`, `Hooks`")
 def test_resnet_c16_c17_shapes_through_the_resnet():
     dls = fast_dls(transformi, 256, 1000, 500)
     model = get_resnet()
@@ -477,7 +457,6 @@ def test_resnet_c16_c17_shapes_through_the_resnet():
                       ('ResBlock', (64, 4, 4), (128, 2, 2)), ('ResBlock', (128, 2, 2), (256, 1, 1)),
                       ('Flatten', (256, 1, 1), (256,)), ('Linear', (256,), (10,)), ('BatchNorm1d', (10,), (10,))]
 
-@xfail('11, 12 (h11b, h12b)', "`ResBlock`, `summary()`; on a merge with h10 it still fails: the throwaway fit it runs has no `predict` handler, which h10's guard refuses")
 def test_resnet_c18_c19_summary_total_params():
     dls = fast_dls(transformi, 256, 1000, 500)
     learn = TrainLearner(get_resnet(), dls, F.cross_entropy, cbs=DeviceCB())
@@ -507,21 +486,18 @@ def get_model4(act=nn.ReLU, nfs=(16, 32, 64, 128, 256), norm=nn.BatchNorm2d):
     layers += [ResBlock(nfs[i], nfs[i+1], act=act, norm=norm, stride=2) for i in range(len(nfs)-1)]
     return nn.Sequential(*layers, GlobalAvgPool(), nn.Linear(256, 10, bias=False), nn.BatchNorm1d(10))
 
-@xfail('11 (h11b)', "`ResBlock` and `conv` without a bias before a batchnorm")
 @pytest.mark.parametrize('cell,get,miniai_total,dropped', [('c15', get_model2, 4907588, 2016), ('c18', get_model3, 1231428, 992),
                                                            ('c23', get_model4, 1224948, 976)])
 def test_augment_parameter_counts(cell, get, miniai_total, dropped):
     "The totals miniai's `summary` prints, less the biases aisaac's `conv` drops before a batchnorm"
     assert sum(p.numel() for p in get().parameters()) == miniai_total - dropped
 
-@xfail('11 (h11b)', "`ResBlock` and `conv` without a bias before a batchnorm")
 def test_augment_c19_c22_first_layer_parameters():
     assert [tuple(o.shape) for o in get_model3()[0].parameters()] == [(16, 1, 5, 5), (16,), (16,), (16, 16, 5, 5), (16,), (16,), (16, 1, 1, 1), (16,)]
     assert [tuple(o.shape) for o in get_model4()[0].parameters()] == [(16, 1, 5, 5), (16,), (16,)]
 
 def tfm_batch(b, tfm_x=fc.noop, tfm_y=fc.noop): return tfm_x(b[0]), tfm_y(b[1])
 
-@xfail('11 (h11b)', "miniai's `BatchTransformCB(..., on_val=False)`")
 def test_augment_c28_c30_batch_transform_augmentation():
     xs, ys = to_tensors(sample(transformi, 500, 500)['train'])
     dls = DataLoaders(TensorLoader(xs, ys, bs=256), TensorLoader(xs, ys, bs=256))
@@ -534,7 +510,6 @@ def test_augment_c28_c30_batch_transform_augmentation():
     show_images(xb[:16], imsize=1.5)
     assert n_axes() == 16 and tuple(plt.gcf().get_size_inches()) == (6, 6)
 
-@xfail('12 (h12b)', "`learn.show_image_batch(max_n, imsize=...)`; on a merge with h10 it still fails: the throwaway fit it runs has no `predict` handler, which h10's guard refuses")
 def test_augment_c31_c32_show_image_batch():
     dls = fast_dls(transformi, 256, 500, 500)
     augcb = BatchTransformCB(partial(tfm_batch, tfm_x=lambda x: x.flip(-1)), on_val=False)
@@ -575,7 +550,6 @@ def test_augment_c70_c72_rand_copy():
     assert set(out.unique().tolist()) <= set(xb[:16].unique().tolist())  # copied patches: no new values
     assert isinstance(RandCopy(), nn.Module)
 
-@xfail('11 (h11b)', "miniai's `CapturePreds` callback")
 def test_augment_c78_c81_capture_preds_callback_ensemble():
     dls = fast_dls(transformi, 256, 1000, 500)
     learns = [TrainLearner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[DeviceCB()], opt_func=optim.AdamW) for _ in range(2)]

@@ -24,10 +24,10 @@ def tfm_batch(b:tuple, # a batch: inputs, targets, then anything else
     return (tfm_x(x) if tfm_x else x, tfm_y(y) if tfm_y else y, *rest)
 
 class BatchTransformCB(Callback):
-    "Replace each training batch (and validation batch, if `on_valid`) by `tfm(batch)`, before it is used"
+    "Replace each training and validation batch by `tfm(batch)` before it is used (`on_train`/`on_valid` choose the passes)"
     def __init__(self, tfm, # called with the batch tuple, returns the new batch
                  on_train:bool=True, # transform training batches
-                 on_valid:bool=False, # transform validation batches
+                 on_valid:bool=True, # transform validation batches (`False` for an augmentation)
                  on_val:bool=None): # miniai's name for `on_valid`; wins when given
         if not callable(tfm):
             raise TypeError(f"BatchTransformCB needs a function of the whole batch that returns the new batch, got {tfm!r}: e.g. "
