@@ -14,19 +14,27 @@ TORCH_INDEX ?=
 DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 N_WORKERS ?= 2
 DEMO_ARGS ?=
-# The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need.
-EXTRAS    ?= dev,tensorboard,mlflow,onnx,accelerate
+# What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
+# scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
+NBS       ?=
+RUN_ARGS  ?=
+LAB_ARGS  ?=
+# The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need
+# (`docs`: nbclient and ipykernel, to run the notebooks in a real Jupyter kernel).
+EXTRAS    ?= dev,docs,tensorboard,mlflow,onnx,accelerate
+# Pages of the rendered site that `make shots` screenshots (paths relative to _docs/).
+PAGES     ?= index.html tutorials/callbacks.html trainer.html
 
 BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.aisaac-installed
 
-.PHONY: help setup venv data demo test check-export check-readme nbtest pytest slow export readme clean bench
+.PHONY: help setup venv data docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-setup: venv data ## create .venv, install CPU torch then aisaac[dev], check the data
+setup: venv data docs-tools ## create .venv, install CPU torch then aisaac[dev,docs], check the data and pandoc
 
 # The venv is (re)installed when it is missing or incomplete, or when pyproject.toml or the
 # torch pin changed. The stamp holds a hash of those (nbdev-export rewrites pyproject.toml
@@ -61,14 +69,30 @@ data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mn
 	  echo "    load_fashion_mnist() download them from the Hugging Face hub."; \
 	fi
 
+# The docs check renders pages with Quarto when it is installed, otherwise with pandoc (Debian package `pandoc`).
+docs-tools: ## make sure pandoc (or Quarto) is there to render the docs pages
+	@if command -v quarto >/dev/null 2>&1; then echo ">>> docs: found quarto"; \
+	elif command -v pandoc >/dev/null 2>&1; then echo ">>> docs: found pandoc"; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo ">>> docs: installing pandoc with apt-get"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq pandoc \
+	    || echo "!!! docs: apt-get failed; install pandoc (or Quarto) yourself, or the docs check cannot render pages"; \
+	else \
+	  echo "!!! docs: neither quarto nor pandoc is installed and apt-get is not usable here:"; \
+	  echo "    install pandoc (https://pandoc.org/installing.html) or Quarto (https://quarto.org);"; \
+	  echo "    until then \`make docs-check\` processes the notebooks but renders no page (and fails under CI)."; \
+	fi
+
 demo: setup ## train the tutorial's model on full Fashion-MNIST (3 epochs), save out/loss.png
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
-test: setup ## all tests: export and README checks, nbdev-test on every notebook, then pytest
+test: setup ## all tests: export and README checks, nbdev-test on every notebook, pytest, then the docs check
 	@$(MAKE) --no-print-directory check-export
 	@$(MAKE) --no-print-directory check-readme
 	@$(MAKE) --no-print-directory nbtest
 	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory docs-check
 
 # nbdev-export must leave aisaac/ unchanged: the modules are generated from nbs/.
 check-export: venv
@@ -99,6 +123,9 @@ pytest: venv ## run the pytest suite in tests/
 	if [ $$rc = 5 ]; then echo "!!! pytest collected no tests in tests/"; fi; \
 	exit $$rc
 
+docs-check: venv ## the docs site: nbdev processes every notebook, pages render, no dead link, tutorials show outputs
+	$(PY) scripts/docs.py check
+
 slow: setup ## run the notebooks including cells flagged #| slow
 	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --flags slow --timing
 
@@ -115,3 +142,21 @@ bench: setup ## run every bench/*.py (not the helpers in bench/_*.py)
 	@shopt -s nullglob; files=(bench/[!_]*.py); \
 	if [ $${#files[@]} = 0 ]; then echo "no benchmarks in bench/"; exit 0; fi; \
 	for f in "$${files[@]}"; do echo ">>> $$f"; $(PY) "$$f"; done
+
+docs: setup ## run every notebook in a Jupyter kernel (slow cells too), save it with its outputs, render the site
+	$(PY) scripts/run_nbs.py $(RUN_ARGS) $(NBS)
+	$(PY) scripts/docs.py render
+
+site: venv ## render the docs site into _docs/ (Quarto, or pandoc as a stand-in) without failing on problems
+	$(PY) scripts/docs.py render
+
+shots: site ## screenshots of rendered pages (PAGES=...) with headless Chromium, in out/shots/
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then apt-get install -y -qq chromium; \
+	  else echo "!!! shots: install chromium (Debian package \`chromium\`) to take screenshots"; exit 1; fi; }
+	$(PY) scripts/docs.py shots $(PAGES)
+
+lab: venv ## open the notebooks in JupyterLab (installs the `notebook` extra on first use)
+	@[ -x "$(BIN)/jupyter-lab" ] || { echo ">>> installing the notebook extra (JupyterLab, ipywidgets)"; \
+	  "$(PY)" -m pip install -q -e ".[$(EXTRAS),notebook]"; }
+	$(BIN)/jupyter lab nbs $(LAB_ARGS)

@@ -323,7 +323,7 @@ def callbacks_state_dict(self:CallbackMixin):
     return {e.name: e.cb.state_dict() for e in self._entries.values() if callable(getattr(e.cb, 'state_dict', None))}
 
 @patch
-def load_callbacks_state_dict(self:CallbackMixin, state:dict):
+def load_callbacks_state_dict(self:CallbackMixin, state:dict): # from `callbacks_state_dict`
     "Load each callback's state from `state`, as made by `callbacks_state_dict`"
     names = {e.name: e.cb for e in self._entries.values()}
     for name, cb_state in state.items():

@@ -15,7 +15,8 @@ from .dispatch import _Entry, _global_entries, _global_seq, _owners, _known_even
 # %% ../nbs/12_registry.ipynb #effdc043
 class GlobalCallbackHandle:
     "What `register_global_callback` returns: `remove()` unregisters the callback"
-    def __init__(self, cb): self.cb = cb
+    def __init__(self, cb): # the callback (or group) registered
+        self.cb = cb
     def remove(self):
         "Unregister the callback (and the members of its group)"
         for cb in _flatten(self.cb): _global_entries.pop(id(cb), None)

@@ -306,7 +306,7 @@ def summarize_callbacks(self:CallbackMixin):
     return res
 
 # %% ../nbs/20_trainer.ipynb #c84850e5
-def view_source_code(obj):
+def view_source_code(obj): # a class, function or method
     "Show the source code of `obj` (a class, function or method), highlighted in a notebook"
     src = inspect.getsource(obj)
     try:

@@ -22,7 +22,9 @@ def default_device():
 def_device = default_device()
 
 # %% ../nbs/00_utils.ipynb #a621167a
-def to_device(x, device=None, non_blocking=False):
+def to_device(x, # a tensor, or a list, tuple or dict of them (nested), or anything else (returned as it is)
+              device=None, # where to; default `def_device`
+              non_blocking:bool=False): # passed to `Tensor.to`: copy asynchronously when it can
     "Move `x` (a tensor or a nested list/tuple/dict of tensors) to `device` (default `def_device`)"
     device = def_device if device is None else device
     if isinstance(x, torch.Tensor): return x if x.device == device else x.to(device, non_blocking=non_blocking)  # the check is 4x cheaper than a no-op `.to`
@@ -31,7 +33,7 @@ def to_device(x, device=None, non_blocking=False):
     return x
 
 # %% ../nbs/00_utils.ipynb #70109a5c
-def to_cpu(x):
+def to_cpu(x): # a tensor, or a list, tuple or dict of them (nested)
     "Detach `x` (a tensor or nested collection) and move it to the CPU, turning `float16`/`bfloat16` into `float32`"
     if isinstance(x, dict): return {k: to_cpu(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)): return type(x)(to_cpu(o) for o in x)
@@ -49,7 +51,7 @@ def set_seed(seed:int, # the seed for `random`, NumPy and PyTorch
     torch.manual_seed(seed)
 
 # %% ../nbs/00_utils.ipynb #e67c59f6
-def inplace(f):
+def inplace(f): # a function that changes its one argument and returns nothing
     "Turn `f`, which changes its argument in place, into a function that also returns it"
     @functools.wraps(f)
     def _f(b):

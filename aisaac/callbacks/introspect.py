@@ -19,7 +19,9 @@ class Trace:
     "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
     def __init__(self): self.events, self.calls = [], []
 
-    def wrap(self, owner, event, handlers):
+    def wrap(self, owner, # the trainer (or other `CallbackMixin`) whose table is built
+             event:str, # the event's name
+             handlers:tuple): # the event's handler entries, in order
         "`handlers` timed, after one that records `event`"
         if event.startswith('around_'): return handlers
         def record(o, **kwargs): self.events.append(event)

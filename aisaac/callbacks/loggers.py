@@ -205,7 +205,7 @@ class TensorBoardLogger(Logger):
         if self.writer is not None: self.writer.close(); self.writer = None
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #fca4632d
-def run_config(trainer):
+def run_config(trainer): # the trainer whose configuration is wanted
     "The settings of `trainer`'s fit as a flat dict of strings and numbers: epochs, learning rate, optimizer, loss, model, callbacks"
     model = trainer.model
     name = lambda o: getattr(o, '__name__', None) or type(o).__name__

@@ -59,7 +59,7 @@ class CheckpointCB(Callback):
         self.dir, self.every_n_epochs, self.every_n_batches, self.keep_last = Path(dir), every_n_epochs, every_n_batches, keep_last
         self.last = None  # the path of the last checkpoint written
 
-    def checkpoint(self, trainer, at):
+    def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
         "Save when this epoch's end, or this training batch, is due"
         n = self.every_n_epochs if at == 'epoch' else self.every_n_batches
         if n and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1: self.save(trainer)
@@ -89,7 +89,8 @@ class SaveBestModelCB(Callback):
         if self.reset_on_train: self.best, self.best_epoch = None, None
         self.seen = False
 
-    def log(self, trainer, metrics, per):
+    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+            per:str): # `'epoch'` or `'batch'`
         "When an epoch's metrics are reported, save the weights if the watched one improved"
         if per != 'epoch': return
         if self.watch_metric not in metrics:

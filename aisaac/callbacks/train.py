@@ -134,7 +134,8 @@ class MomentumTrainCB(BasicTrainCB):
 class DeviceCB(Callback):
     "Train on `device`: moves the model at the start of the fit and each batch before it is used"
     core = True
-    def __init__(self, device=None): self.device = torch.device(def_device if device is None else device)
+    def __init__(self, device=None): # where to train; default `def_device` (the GPU when there is one)
+        self.device = torch.device(def_device if device is None else device)
     def before_fit(self, trainer):
         "Move the model to the device"
         trainer.model.to(self.device)

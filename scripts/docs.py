@@ -1,0 +1,409 @@
+#!/usr/bin/env python
+"""The docs site: nbdev processes the notebooks, Quarto (or pandoc) renders them, and the result is checked.
+
+    python scripts/docs.py check          # `make docs-check` (part of `make test`): process, render, check
+    python scripts/docs.py render         # `make site`: the same, without failing, and says where the pages are
+    python scripts/docs.py sidebar        # write nbs/sidebar.yml from SIDEBAR below
+    python scripts/docs.py shots PAGE...  # screenshots of rendered pages (headless Chromium) in out/shots/
+
+Processing is nbdev's (`refresh_quarto_yml` then `proc_nbs`, as `nbdev-proc-nbs` does, minus its attempt to
+install Quarto): `_proc/` gets each notebook with front matter and rendered `show_doc` cells. Rendering uses
+Quarto (`nbdev-docs`) when `quarto` is on PATH; otherwise pandoc stands in: each processed notebook becomes
+Markdown (honouring the cells' `echo`/`output`/`include`/`eval` options, `text/markdown` and HTML outputs,
+PNGs embedded), kept as `<page>.html.md` (what Quarto's `keep-md` keeps, and what each module's `Docs:` line
+points to), then HTML with a sidebar and a table of contents. Either way `_docs/` is the site.
+
+The check fails on
+- a notebook nbdev cannot process, a page that does not render, a page without a title;
+- a link or `#anchor` between pages that leads nowhere (links to the site's own URL included),
+  and a module whose `Docs:` line names a page that does not exist;
+- a tutorial or guide with no outputs, or with a cell that should show something and shows nothing
+  (run `make docs` to execute the notebooks and save their outputs);
+- an output the site cannot show (a Jupyter widget), or an error output;
+- a notebook that no group of SIDEBAR takes.
+"""
+import argparse, ast, base64, html, json, os, re, shutil, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urldefrag, urlsplit, unquote
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+NBS, PROC, DOCS = ROOT/'nbs', ROOT/'_proc', ROOT/'_docs'
+SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template and CSS
+
+# The sidebar's groups, in order. A notebook (path relative to nbs/) goes to the first group whose pattern
+# matches; within a group, notebooks are sorted by FIRST, then by their number (the layers' order). nbdev does not
+# regenerate nbs/sidebar.yml (`custom_sidebar = true` in pyproject.toml): this script writes it, and every
+# docs command runs this first, so a new notebook lands in its group by its number or folder alone.
+SIDEBAR = [
+    ('Core',      r'^(0[0146-9]|1\d|99)_'),  # ground helpers, the callback machinery, `aisaac.all`
+    ('Training',  r'^((0[235]|2\d)_|\d+_learner)'),  # models, the run history, the `Trainer`, checkpoints, miniai's `Learner`
+    ('Data',      r'^3\d_'),
+    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+    ('Tutorials', r'^tutorials/'),
+    ('Guides',    r'^guides/'),
+]
+# Pages that come first in their group, in this order (the rest follow by layer number, then by name).
+FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/custom_callbacks.ipynb']
+HOME = 'index.ipynb'
+
+def _order(nb):
+    "Sort key within a group: FIRST, then the layer number of the file name, then the path"
+    m = re.match(r'(\d+)_', Path(nb).name)
+    return (FIRST.index(nb) if nb in FIRST else len(FIRST), int(m.group(1)) if m else 10**6, nb)
+OUTPUTS_REQUIRED = ('tutorials/', 'guides/')  # pages whose code must show its results
+
+def notebooks():
+    "The notebooks of the site, relative to nbs/ (nbdev skips files and folders starting with `_` or `.`)"
+    return sorted(p.relative_to(NBS).as_posix() for p in NBS.rglob('*.ipynb')
+                  if not any(part.startswith(('_', '.')) for part in p.relative_to(NBS).parts))
+
+def sidebar_groups():
+    "{group: [notebook, ...]} and the notebooks no group takes"
+    groups, lost = {name: [] for name, _ in SIDEBAR}, []
+    for nb in notebooks():
+        if nb == HOME: continue
+        name = next((n for n, pat in SIDEBAR if re.search(pat, nb)), None)
+        (groups[name] if name else lost).append(nb)
+    return {k: sorted(v, key=_order) for k, v in groups.items() if v}, lost
+
+def write_sidebar():
+    "Write nbs/sidebar.yml (Quarto's sidebar) from SIDEBAR; return the notebooks no group takes"
+    groups, lost = sidebar_groups()
+    contents = [HOME] + [{'section': name, 'contents': nbs} for name, nbs in groups.items()]
+    text = '# Written by scripts/docs.py from its SIDEBAR groups; not kept in git.\n'
+    text += yaml.dump({'website': {'sidebar': {'contents': contents}}}, sort_keys=False)
+    path = NBS/'sidebar.yml'
+    if not path.exists() or path.read_text() != text: path.write_text(text)
+    return lost
+
+# ---------------------------------------------------------------------------------------------------------
+# Processing (nbdev)
+
+def process(force=False):
+    "nbdev's docs processing into _proc/; redone for every notebook when the library changed since the last run"
+    from nbdev.quarto import refresh_quarto_yml
+    from nbdev.serve import proc_nbs
+    lib = max(p.stat().st_mtime for p in (ROOT/'aisaac').rglob('*.py'))
+    if PROC.exists() and PROC.stat().st_mtime < lib: force = True  # show_doc output comes from the modules
+    os.chdir(ROOT)
+    refresh_quarto_yml()
+    proc_nbs(force=force)
+
+def cells_of(path):
+    return json.loads(Path(path).read_text())['cells']
+
+def front_matter(cells):
+    "The YAML front matter nbdev puts in the first (raw) cell of a processed notebook"
+    if cells and cells[0]['cell_type'] == 'raw':
+        src = ''.join(cells[0]['source']).strip()
+        if src.startswith('---'): return yaml.safe_load(src.strip('-\n')) or {}
+    return {}
+
+def page_of(nb, fm):
+    "The output page of notebook `nb` (relative to nbs/): its folder and front matter's `output-file`"
+    return (Path(nb).parent/fm.get('output-file', Path(nb).with_suffix('.html').name)).as_posix()
+
+# ---------------------------------------------------------------------------------------------------------
+# Cells: options and outputs
+
+_ansi = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
+
+def directives(src):
+    "The `#| key: value` options at the top of a cell, and the source without them"
+    opts, lines = {}, src.splitlines()
+    i = 0
+    while i < len(lines) and (lines[i].startswith('#|') or not lines[i].strip()):
+        if lines[i].startswith('#|'):
+            k, _, v = lines[i][2:].strip().partition(':')
+            opts[k.strip()] = v.strip() or 'true'
+        i += 1
+    return opts, '\n'.join(lines[i:]).strip('\n')
+
+def _text(x): return ''.join(x) if isinstance(x, list) else x
+
+def output_md(o, asis=False):
+    "Markdown for one output, and a problem found in it (or None)"
+    kind = o.get('output_type')
+    if kind == 'stream':
+        return f"```{{.output .{o.get('name', 'stdout')}}}\n{_ansi.sub('', _text(o['text'])).rstrip()}\n```", None
+    if kind == 'error':
+        tb = _ansi.sub('', '\n'.join(o.get('traceback', [])))
+        return f"```{{.output .error}}\n{tb}\n```", f"error output: {o.get('ename')}: {o.get('evalue')}"
+    data = o.get('data', {})
+    if 'application/vnd.jupyter.widget-view+json' in data:
+        return '', "a Jupyter widget output (the site cannot show it): display HTML instead, e.g. fastprogress's bars"
+    if 'text/markdown' in data and (asis or 'text/html' not in data):  # show_doc, and tables such as `summarize_callbacks`
+        md = _text(data['text/markdown'])
+        return (md if asis else f"::: {{.output}}\n{md}\n:::"), None
+    if 'text/html' in data: return f"```{{=html}}\n<div class=\"output output_html\">\n{_text(data['text/html'])}\n</div>\n```", None
+    for mime in ('image/png', 'image/jpeg'):
+        if mime in data:
+            b64 = _text(data[mime]).replace('\n', '')
+            return f"![](data:{mime};base64,{b64}){{.output-image}}", None
+    if 'image/svg+xml' in data: return f"```{{=html}}\n{_text(data['image/svg+xml'])}\n```", None
+    if 'text/plain' in data: return f"```{{.output}}\n{_ansi.sub('', _text(data['text/plain'])).rstrip()}\n```", None
+    return '', None
+
+# A cell whose last statement is one of these should show something in a tutorial or guide.
+_shows = (ast.Name, ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.Tuple, ast.List, ast.Dict, ast.Constant)
+_show_calls = ('print', 'view_source_code', 'show_batch', 'summarize_callbacks', 'show_doc', 'display', 'plot',
+               'imshow', 'show_image', 'show_images', 'plot_stats', 'color_dim', 'dead_chart', 'plot_lr_find')
+
+def should_show(src):
+    "Whether the code `src` ends with an expression that displays something"
+    try: tree = ast.parse(src)
+    except SyntaxError: return False
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr) or src.rstrip().endswith(';'): return False
+    v = tree.body[-1].value
+    if isinstance(v, ast.Call):
+        f = v.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ''
+        return name in _show_calls
+    return isinstance(v, _shows)
+
+# ---------------------------------------------------------------------------------------------------------
+# Markdown for pandoc (what Quarto would make of a processed notebook)
+
+_md_link = re.compile(r'(\]\()([^)\s]+)')
+
+def rewrite_links(text, nb, pages, site_url):
+    "Site URLs and links to notebooks become links relative to `nb`'s page"
+    here = Path(page_of(nb, pages.get(nb, {}))).parent
+    up = '../' * len(here.parts)
+    if site_url: text = text.replace(site_url.rstrip('/') + '/', up)
+    def fix(m):
+        target = m.group(2)
+        path, frag = urldefrag(target)
+        if not path.endswith('.ipynb') or '://' in path: return m.group(0)
+        src = os.path.normpath(Path(nb).parent/unquote(path)).replace(os.sep, '/')
+        if src not in pages: return m.group(0)  # left for the link check to report
+        rel = os.path.relpath(page_of(src, pages[src]), here.as_posix() or '.')
+        return m.group(1) + rel + (f'#{frag}' if frag else '')
+    return _md_link.sub(fix, text)
+
+def notebook_md(nb, pages, site_url):
+    "Markdown for the processed notebook `nb` (relative to _proc/), and the problems found in its outputs"
+    cells, problems, parts = cells_of(PROC/nb), [], []
+    fm = front_matter(cells)
+    meta = {k: fm[k] for k in ('title', 'description') if k in fm}
+    parts.append('---\n' + yaml.dump(meta, sort_keys=False, allow_unicode=True, width=1000) + '---')
+    for i, c in enumerate(cells[1:] if fm else cells, 1 if fm else 0):
+        src = _text(c['source'])
+        if c['cell_type'] == 'markdown': parts.append(src); continue
+        if c['cell_type'] != 'code': continue
+        opts, code = directives(src)
+        if opts.get('include') == 'false': continue
+        if opts.get('echo') != 'false' and code.strip(): parts.append(f"```python\n{code}\n```")
+        if opts.get('output') == 'false' or opts.get('eval') == 'false': continue
+        for o in c.get('outputs', []):
+            md, problem = output_md(o, asis=opts.get('output') == 'asis')
+            if problem: problems.append(f"cell {i}: {problem}")
+            if md: parts.append(md)
+    return rewrite_links('\n\n'.join(parts) + '\n', nb, pages, site_url), problems
+
+def nav_html(groups, page, pages):
+    "The sidebar's HTML for `page`: home, then each group's pages, the current one marked"
+    here = Path(page).parent
+    def item(nb):
+        target = page_of(nb, pages[nb])
+        title = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(pages[nb].get('title', nb))))
+        cls = ' class="active"' if target == page else ''
+        return f'<li><a href="{os.path.relpath(target, here.as_posix() or ".")}"{cls}>{title}</a></li>'
+    out = [f'<ul class="nav-home">{item(HOME)}</ul>'] if HOME in pages else []
+    for name, nbs in groups.items():
+        out.append(f'<div class="nav-section">{html.escape(name)}</div><ul>' +
+                   ''.join(item(nb) for nb in nbs if nb in pages) + '</ul>')
+    return '\n'.join(out)
+
+def pandoc_page(nb, md, page, nav, site_title, links):
+    "Render one page with pandoc; return an error message or None"
+    out = DOCS/page
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(str(out) + '.md').write_text(md)  # the Markdown page each module's `Docs:` line points to
+    up = '../' * len(Path(page).parent.parts)
+    navf = out.with_suffix('.nav.html'); navf.write_text(nav)
+    cmd = ['pandoc', '--from=markdown-smart', '--to=html5', '--standalone', '--toc', '--toc-depth=3',
+           f'--template={SITE/"page.html"}', f'--include-before-body={navf}', '--highlight-style=pygments', '--mathjax',
+           f'--variable=root:{up}', f'--variable=site-title:{site_title}', f'--variable=md-link:{out.name}.md',
+           '--metadata=lang:en', f'--output={out}'] + [f'--variable={k}-link:{up}{v}' for k, v in links.items()]
+    r = subprocess.run(cmd, input=md, capture_output=True, text=True)
+    navf.unlink()
+    if r.returncode: return f"pandoc failed: {r.stderr.strip()[:500]}"
+    if r.stderr.strip(): return f"pandoc warned: {r.stderr.strip()[:500]}"
+
+def render_pandoc(pages, groups, site_url, site_title):
+    "All pages with pandoc into _docs/; {notebook: [problem, ...]}"
+    if DOCS.exists(): shutil.rmtree(DOCS)
+    DOCS.mkdir()
+    shutil.copy(SITE/'site.css', DOCS/'site.css')
+    problems = {}
+    links = {name.lower(): page_of(nbs[0], pages[nbs[0]]) for name, nbs in groups.items() if name in ('Tutorials', 'Guides')}
+    def one(nb):
+        page = page_of(nb, pages[nb])
+        md, probs = notebook_md(nb, pages, site_url)
+        err = pandoc_page(nb, md, page, nav_html(groups, page, pages), site_title, links)
+        return nb, probs + ([err] if err else [])
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
+        for nb, probs in ex.map(one, sorted(pages)):
+            if probs: problems[nb] = probs
+    return problems
+
+def render_quarto():
+    "The real site, with Quarto (`nbdev-docs`)"
+    from nbdev.quarto import nbdev_docs
+    os.chdir(ROOT)
+    nbdev_docs.__wrapped__()
+
+# ---------------------------------------------------------------------------------------------------------
+# Checks on the rendered site
+
+class _Links(HTMLParser):
+    "Every id and every link/image target of an HTML page"
+    def __init__(self):
+        super().__init__(); self.ids, self.links = set(), []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get('id'): self.ids.add(a['id'])
+        if tag == 'a' and a.get('name'): self.ids.add(a['name'])
+        if tag == 'a' and a.get('href'): self.links.append(a['href'])
+        if tag == 'img' and a.get('src'): self.links.append(a['src'])
+
+def parse_html(path):
+    p = _Links(); p.feed(path.read_text(errors='replace')); return p
+
+def check_links(site_url):
+    "Dead links and anchors between the pages of _docs/, as `page: problem` strings"
+    parsed = {p.relative_to(DOCS).as_posix(): parse_html(p) for p in DOCS.rglob('*.html') if 'site_libs' not in p.parts}
+    bad = []
+    for page, p in sorted(parsed.items()):
+        for link in p.links:
+            if link.startswith(('data:', 'mailto:', 'javascript:')): continue
+            if site_url and link.startswith(site_url.rstrip('/') + '/'):
+                target = link[len(site_url.rstrip('/')) + 1:]
+            elif urlsplit(link).scheme or link.startswith('//'): continue  # another site
+            else:
+                path, frag = urldefrag(link)
+                target = os.path.normpath(Path(page).parent/unquote(path)).replace(os.sep, '/') + (f'#{frag}' if frag else '') \
+                         if path else f'{page}#{frag}'
+            path, frag = urldefrag(target)
+            if path.endswith('/') or path in ('', '.'): path += 'index.html'
+            if path not in parsed:
+                if not (DOCS/path).is_file(): bad.append(f"{page}: dead link {link!r} (no page {path})")
+                continue
+            if frag and unquote(frag) not in parsed[path].ids:
+                hint = (f": nbdev links `{unquote(frag)}` in backticks to an entry that private names do not get; write "
+                        f"<code>...</code> instead of backticks" if frag.startswith('_') else
+                        f": if it is a method, add a cell `show_doc(...)` for it" if '.' in frag else '')
+                bad.append(f"{page}: dead anchor {link!r} (no id {unquote(frag)!r} in {path}){hint}")
+    return bad
+
+def check_docs_lines(site_url):
+    "Each module's `Docs:` line must name a page of the site"
+    bad = []
+    for py in sorted((ROOT/'aisaac').rglob('*.py')):
+        m = re.search(r'^Docs: (\S+?)(?:"{3}|\s|$)', py.read_text()[:1000], re.M)
+        if not m or not site_url: continue
+        url = m.group(1)
+        if not url.startswith(site_url.rstrip('/') + '/'): bad.append(f"{py.relative_to(ROOT)}: Docs line {url} is not on {site_url}")
+        elif not (DOCS/url[len(site_url.rstrip('/')) + 1:]).is_file():
+            bad.append(f"{py.relative_to(ROOT)}: Docs line names {url}, which the site does not have")
+    return bad
+
+def check_outputs(nb):
+    "A tutorial or guide must show its results: problems of processed notebook `nb`"
+    cells, bad, n_out = cells_of(PROC/nb), [], 0
+    for i, c in enumerate(cells):
+        if c['cell_type'] != 'code': continue
+        opts, code = directives(_text(c['source']))
+        n_out += len(c.get('outputs', []))
+        if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
+        if not c.get('outputs') and should_show(code):
+            bad.append(f"cell {i} shows nothing but ends with `{code.strip().splitlines()[-1][:60]}`")
+    if n_out == 0: return ["no outputs at all: run `make docs` to execute it and save its outputs"]
+    return bad + (["run `make docs` to execute it and save its outputs"] if bad else [])
+
+def build(strict=True):
+    "Process, render and check; return the problems as lines"
+    from nbdev.config import get_config
+    t0 = time.time()
+    problems = [f"{nb}: no sidebar group takes it; number it by its layer or add a rule to SIDEBAR in scripts/docs.py"
+                for nb in write_sidebar()]
+    try: process()
+    except Exception as e: return problems + [f"nbdev could not process the notebooks: {type(e).__name__}: {e}"]
+    cfg = get_config()
+    site_url = f"{cfg.doc_host}{cfg.doc_baseurl}" if cfg.get('doc_host') else ''
+    pages = {}
+    for nb in notebooks():
+        if not (PROC/nb).exists(): problems.append(f"{nb}: nbdev did not process it"); continue
+        fm = front_matter(cells_of(PROC/nb))
+        if not fm.get('title'): problems.append(f"{nb}: no title (start the notebook with a `# Title` cell and a `> description` line)")
+        pages[nb] = fm
+    t1 = time.time()
+    if shutil.which('quarto'):
+        renderer = 'quarto'
+        try: render_quarto()
+        except SystemExit as e: return problems + [f"quarto render failed (exit {e.code})"]
+    elif shutil.which('pandoc'):
+        renderer = 'pandoc'
+        groups, _ = sidebar_groups()
+        for nb, probs in render_pandoc(pages, groups, site_url, cfg.get('title', 'docs')).items():
+            problems += [f"{nb}: {p}" for p in probs]
+    else:
+        msg = "neither quarto nor pandoc is installed, so no page was rendered: run `make docs-tools` (Debian package `pandoc`)"
+        if os.environ.get('CI'): return problems + [msg]  # CI must check the pages
+        print(f"!!! docs: {msg}; the links and pages are not checked")
+        return problems + [f"{nb}: {p}" for nb in pages if nb.startswith(OUTPUTS_REQUIRED) for p in check_outputs(nb)]
+    for nb in pages:
+        page = DOCS/page_of(nb, pages[nb])
+        if not page.is_file(): problems.append(f"{nb}: its page {page.relative_to(ROOT)} was not rendered")
+    problems += check_links(site_url) + check_docs_lines(site_url)
+    for nb in pages:
+        if nb.startswith(OUTPUTS_REQUIRED): problems += [f"{nb}: {p}" for p in check_outputs(nb)]
+    print(f">>> docs: {len(pages)} pages processed by nbdev in {t1 - t0:.1f} s, rendered by {renderer} "
+          f"and checked in {time.time() - t1:.1f} s: {DOCS.relative_to(ROOT)}/index.html")
+    return problems
+
+# ---------------------------------------------------------------------------------------------------------
+# Screenshots
+
+def chromium():
+    return next((b for b in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(b)), None)
+
+def shots(pages, out=ROOT/'out'/'shots', width=1280, height=1600):
+    "PNG screenshots of rendered pages (paths relative to _docs/) with headless Chromium"
+    exe = chromium()
+    if not exe: sys.exit("!!! no chromium on PATH: `apt-get install chromium` (Debian) to take screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    import tempfile
+    for page in pages:
+        src = DOCS/page
+        if not src.is_file(): print(f"!!! {src} does not exist: run `make site` first"); continue
+        png = out/(page.replace('/', '__').removesuffix('.html') + '.png')
+        with tempfile.TemporaryDirectory() as prof:
+            subprocess.run([exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+                            '--disable-component-update', '--disable-sync', '--no-first-run', '--hide-scrollbars',
+                            f'--user-data-dir={prof}', f'--window-size={width},{height}', f'--screenshot={png}',
+                            src.as_uri()], capture_output=True, timeout=120)
+        print(png if png.exists() else f"!!! no screenshot of {page}")
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('command', choices=['check', 'render', 'sidebar', 'shots'])
+    ap.add_argument('pages', nargs='*', help='for `shots`: pages relative to _docs/, e.g. tutorials/callbacks.html')
+    ap.add_argument('--height', type=int, default=1600, help='for `shots`: the window height in pixels')
+    args = ap.parse_args()
+    if args.command == 'sidebar':
+        lost = write_sidebar()
+        print(f"wrote {NBS/'sidebar.yml'}")
+        if lost: sys.exit("!!! no group of SIDEBAR takes: " + ', '.join(lost))
+    elif args.command == 'shots': shots(args.pages or ['index.html'], height=args.height)
+    else:
+        problems = build()
+        if problems:
+            print(f"!!! docs: {len(problems)} problem(s):\n  " + '\n  '.join(problems))
+            if args.command == 'check': sys.exit(1)
+        else: print(">>> docs: every page rendered; no dead link or anchor; tutorials and guides show their outputs")

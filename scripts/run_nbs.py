@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""Run notebooks in a real Jupyter kernel (nbclient) and save them with their outputs.
+
+    python scripts/run_nbs.py                      # `make docs`: every notebook of nbs/, slow cells included
+    python scripts/run_nbs.py nbs/tutorials        # a folder, or notebooks by path
+    python scripts/run_nbs.py --skip-slow ...      # leave `#| slow` cells (and their saved outputs) alone
+    python scripts/run_nbs.py --check ...          # run, save nothing: fails if a cell raises
+
+nbdev-test runs notebooks in-process, without a kernel, so progress bars come out as text and nothing
+is kept. Here each notebook runs in its own `python3` kernel of this environment, in the notebook's
+folder, as a reader would run it: fastprogress draws HTML bars and tables, matplotlib makes PNGs,
+`view_source_code` highlights. Cells flagged `#| eval: false` and export cells are not run; notebooks
+with `skip_exec: true` in their front matter and folders with a `.notest` file are skipped, as nbdev-test
+does. A notebook is saved only when every cell ran, then cleaned by `nbdev-clean`, which keeps the
+outputs and drops what changes from run to run (execution counts, cell metadata, object ids).
+
+The time of every notebook and of every slow cell is printed, so that a slow cell can tell the reader
+how long it takes ("this cell trains on the full data: about 40 s here").
+"""
+import argparse, json, os, re, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NBS = ROOT/'nbs'
+
+def rel(p):
+    "`p` relative to the repository when it is inside it"
+    return p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
+
+def find_notebooks(paths):
+    "Notebooks under `paths` (files or folders), skipping what nbdev-test skips"
+    res = []
+    for p in map(Path, paths or [NBS]):
+        p = p.resolve()
+        cands = [p] if p.suffix == '.ipynb' else sorted(p.rglob('*.ipynb'))
+        for nb in cands:
+            rel = nb.relative_to(NBS) if nb.is_relative_to(NBS) else Path(nb.name)
+            if any(part.startswith(('_', '.')) for part in rel.parts) and nb != p: continue
+            if any((d/'.notest').exists() for d in nb.parents if d.is_relative_to(NBS)): continue
+            if re.search(r'^skip_exec:\s*true', first_markdown(nb), re.M): continue
+            res.append(nb)
+    return list(dict.fromkeys(res))
+
+def first_markdown(nb):
+    "The text of the notebook's raw front matter or first markdown cell (where `skip_exec` would be)"
+    cells = json.loads(nb.read_text())['cells']
+    c = next((c for c in cells if c['cell_type'] in ('raw', 'markdown')), None)
+    return ''.join(c['source']) if c else ''
+
+# The kernel's environment: the reader's, minus other libraries' progress bars (tqdm's, as `datasets` draws them),
+# which would be saved as Jupyter widgets that the docs cannot show. fastprogress's HTML bars stay.
+KERNEL_ENV = {**os.environ, 'TQDM_DISABLE': '1', 'HF_DATASETS_DISABLE_PROGRESS_BARS': '1', 'HF_HUB_DISABLE_PROGRESS_BARS': '1'}
+KERNEL_ENV.pop('IN_TEST', None)
+
+def directives(src):
+    "The `#| ...` lines at the top of a cell as {name: value}"
+    res = {}
+    for line in src.splitlines():
+        if not line.startswith('#|'):
+            if line.strip(): break
+            continue
+        body = line[2:].strip()
+        if ':' in body: k, v = body.split(':', 1); res[k.strip()] = v.strip()
+        else:
+            for w in body.split(): res[w] = 'true'
+    return res
+
+def to_run(cell, skip_slow):
+    "Whether `cell` is executed (as nbdev-test would, plus slow cells unless `skip_slow`)"
+    if cell.cell_type != 'code' or not cell.source.strip(): return False
+    d = directives(cell.source)
+    if d.get('eval') == 'false' or 'nbdev_export(' in cell.source: return False
+    return not (skip_slow and 'slow' in d)
+
+def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
+    "Execute `nb_path` in a kernel; save it with its outputs when every cell ran. Returns (ok, seconds, slow cell times, notebook)"
+    import nbformat, tempfile
+    from jupyter_client import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    nb = nbformat.read(nb_path, as_version=4)
+    t0, slow, i = time.time(), [], 0
+    try:
+        with tempfile.TemporaryDirectory() as sockets:  # the kernel talks over local sockets, not TCP
+            km = KernelManager(kernel_name=kernel, transport='ipc', ip=os.path.join(sockets, 'kernel'))
+            client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, store_widget_state=False,
+                                    resources={'metadata': {'path': str(nb_path.parent)}})
+            with client.setup_kernel(env=KERNEL_ENV):
+                for i, cell in enumerate(nb.cells):
+                    if not to_run(cell, skip_slow): continue
+                    t = time.time()
+                    client.execute_cell(cell, i)
+                    if 'slow' in directives(cell.source): slow.append((i, time.time() - t))
+    except CellExecutionError as e:
+        msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
+        print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
+        return False, time.time() - t0, slow, nb
+    if save:
+        nb.metadata.pop('widgets', None)
+        nbformat.write(nb, nb_path)
+        subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(nb_path)], check=True, cwd=ROOT)
+    return True, time.time() - t0, slow, nb
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('paths', nargs='*', help='notebooks or folders (default: nbs/)')
+    ap.add_argument('--skip-slow', action='store_true', help='do not run cells flagged `slow` (their saved outputs stay)')
+    ap.add_argument('--check', action='store_true', help='run only; save nothing')
+    ap.add_argument('--timeout', type=int, default=1800, help='seconds a cell may take (default %(default)s)')
+    ap.add_argument('-j', '--jobs', type=int, default=1, help='notebooks run at once, each in its own kernel (default %(default)s)')
+    args = ap.parse_args()
+    try: import nbclient, nbformat  # noqa: F401
+    except ImportError: sys.exit('!!! nbclient is missing: pip install -e ".[docs]" (or `make setup`, whose EXTRAS include docs)')
+    nbs, t0 = find_notebooks(args.paths), time.time()
+    from concurrent.futures import ThreadPoolExecutor
+    def one(nb):
+        ok, secs, slow, _ = run(nb, skip_slow=args.skip_slow, save=not args.check, timeout=args.timeout)
+        extra = ''.join(f"; slow cell {i}: {s:.0f} s" for i, s in slow)
+        print(f"{'ran' if ok else 'FAILED'} {rel(nb)} in {secs:.1f} s{extra}", flush=True)
+        return nb, ok
+    with ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        failed = [nb for nb, ok in ex.map(one, nbs) if not ok]
+    print(f">>> {len(nbs) - len(failed)} of {len(nbs)} notebooks ran{' and were saved' if not args.check else ''} "
+          f"in {time.time() - t0:.0f} s")
+    if failed: sys.exit(f"!!! failed: {', '.join(str(rel(f)) for f in failed)}")

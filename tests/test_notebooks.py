@@ -1,0 +1,109 @@
+"""The notebooks in a real Jupyter kernel, as a person runs them (nbdev-test has no kernel).
+
+The first import prints nothing; fastprogress draws HTML bars and an HTML epoch table; the tutorial's fast
+path runs and shows its table, its plots as images, highlighted source and the callback summary; the
+tutorials and guides are saved with their outputs, and nbdev-clean keeps them.
+Needs the `docs` extra (nbclient, ipykernel, ipywidgets), which `make setup` installs.
+"""
+import importlib.util, json, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+nbclient = pytest.importorskip('nbclient', reason='the docs extra is not installed: pip install -e ".[docs]"')
+from jupyter_client.manager import start_new_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location('run_nbs', ROOT/'scripts'/'run_nbs.py')
+run_nbs = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(run_nbs)
+
+@pytest.fixture(scope='module')
+def kernel():
+    "A fresh kernel of this environment, as `make docs` starts it"
+    km, kc = start_new_kernel(kernel_name='python3', env=run_nbs.KERNEL_ENV)
+    yield kc
+    kc.stop_channels(); km.shutdown_kernel(now=True)
+
+def execute(kc, code, timeout=120):
+    "Run `code` in the kernel: the iopub messages it sent (outputs, display updates) and its reply"
+    msgs = []
+    reply = kc.execute_interactive(code, output_hook=msgs.append, timeout=timeout)
+    return msgs, reply['content']
+
+def test_first_import_in_a_fresh_kernel_prints_nothing(kernel):
+    "No warning (tqdm's red 'IProgress not found' came from `datasets` importing tqdm.auto without ipywidgets)"
+    msgs, reply = execute(kernel, 'from aisaac.all import *')
+    assert reply['status'] == 'ok', reply
+    shown = [m['content'] for m in msgs if m['msg_type'] in ('stream', 'display_data', 'error')]
+    assert shown == [], shown
+
+def test_progress_bars_and_table_are_html(kernel):
+    "During a fit the bars are HTML `<progress>` elements, updated in place; the epoch table stays, as HTML"
+    code = '''
+from tests.tiny import make_dls
+torch.manual_seed(0)
+trainer = Trainer(make_dls(n_train=(8,)*6, n_valid=(8,)*2), nn.MSELoss(), torch.optim.SGD, model=nn.Linear(2, 1),
+                  callbacks=[BasicTrainCB(), MetricsCB(), ProgressCB()])
+trainer.fit(2)'''
+    execute(kernel, f'import sys; sys.path.insert(0, {str(ROOT)!r})')
+    msgs, reply = execute(kernel, code)
+    assert reply['status'] == 'ok', reply
+    html = [''.join(m['content']['data'].get('text/html', '')) for m in msgs
+            if m['msg_type'] in ('display_data', 'update_display_data')]
+    assert any('<progress' in h for h in html), html
+    assert any(m['msg_type'] == 'update_display_data' for m in msgs)  # one bar, redrawn in place
+    tables = [h for h in html if '<table' in h]
+    assert tables and '<th>valid</th>' in tables[-1] and tables[-1].count('<tr>') == 3, tables  # header + 2 epochs
+    assert not any(m['msg_type'] == 'stream' and m['content']['name'] == 'stderr' for m in msgs)
+
+def _outputs(nb, contains):
+    "The outputs of the code cell whose source contains `contains`"
+    cells = [c for c in nb.cells if c.cell_type == 'code' and contains in c.source]
+    assert len(cells) == 1, (contains, len(cells))
+    return cells[0].outputs
+
+def _mimes(outs): return {k for o in outs for k in o.get('data', {})}
+
+def test_tutorial_fast_path_in_a_kernel():
+    "The callbacks tutorial, slow cells skipped: tables as HTML, plots as PNG, source highlighted, the summary as a table"
+    ok, secs, slow, nb = run_nbs.run(ROOT/'nbs'/'tutorials'/'callbacks.ipynb', skip_slow=True, save=False, timeout=600)
+    assert ok and slow == []
+    assert 'image/png' in _mimes(_outputs(nb, 'dls.show_batch()'))
+    fit = ''.join(''.join(o['data'].get('text/html', '')) for o in _outputs(nb, 'ProgressCB()])\ntrainer.fit(1)'))
+    assert '<table' in fit and '<th>Accuracy</th>' in fit, fit
+    src = _outputs(nb, 'view_source_code(BasicTrainCB)')
+    assert 'class="highlight"' in ''.join(src[0]['data']['text/html'])
+    summary = ''.join(_outputs(nb, 'trainer.summarize_callbacks()')[0]['data']['text/markdown'])
+    assert summary.startswith('| event | callback | order | does |') and '| predict | BasicTrainCB |' in summary, summary
+    assert 'image/png' in _mimes(_outputs(nb, 'plt.plot(losses)'))
+    assert not any(o.output_type == 'stream' and o.name == 'stderr' for c in nb.cells if c.cell_type == 'code' for o in c.outputs)
+
+@pytest.mark.parametrize('folder', ['tutorials', 'guides'])
+def test_tutorials_and_guides_are_saved_with_outputs(folder):
+    "What the docs show: each tutorial and guide carries the outputs of a run (`make docs` saves them)"
+    nbs = sorted((ROOT/'nbs'/folder).glob('*.ipynb'))
+    assert nbs
+    for nb in nbs:
+        cells = [c for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code']
+        with_out = [c for c in cells if c.get('outputs')]
+        assert len(with_out) >= max(1, len(cells) // 5), f"{nb.name}: {len(with_out)} of {len(cells)} code cells have outputs: run `make docs`"
+        errors = [o for c in cells for o in c.get('outputs', []) if o['output_type'] == 'error']
+        assert not errors, f"{nb.name} was saved with an error output"
+
+def test_nbdev_clean_keeps_outputs(tmp_path):
+    "nbdev-clean drops execution counts and metadata but keeps what a cell showed"
+    nb = {'cells': [{'cell_type': 'code', 'execution_count': 7, 'id': 'abcd1234', 'metadata': {'execution': {'x': 1}},
+                     'outputs': [{'output_type': 'display_data', 'metadata': {'width': 3},
+                                  'data': {'text/html': ['<table></table>'], 'image/png': 'iVBOR\n'}},
+                                 {'output_type': 'stream', 'name': 'stdout', 'text': ['<object at 0x7f00dead>\n']}],
+                     'source': ['1']}],
+          'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'},
+                       'language_info': {'version': '3.11'}}, 'nbformat': 4, 'nbformat_minor': 5}
+    p = tmp_path/'x.ipynb'; p.write_text(json.dumps(nb))
+    subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(p)], check=True, cwd=ROOT)
+    c = json.loads(p.read_text())['cells'][0]
+    assert c['execution_count'] is None and c['metadata'] == {}
+    assert [o['output_type'] for o in c['outputs']] == ['display_data', 'stream']
+    assert c['outputs'][0]['data'] == {'text/html': ['<table></table>'], 'image/png': 'iVBOR'}
+    assert c['outputs'][0]['metadata'] == {} and c['outputs'][1]['text'] == ['<object>\n']
+    assert 'language_info' not in json.loads(p.read_text())['metadata']
