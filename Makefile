@@ -15,7 +15,7 @@ DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 N_WORKERS ?= 2
 DEMO_ARGS ?=
 # The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need.
-EXTRAS    ?= dev,tensorboard,mlflow
+EXTRAS    ?= dev,tensorboard,mlflow,onnx,accelerate
 
 BIN   := $(VENV)/bin
 PY    := $(BIN)/python

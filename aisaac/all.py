@@ -13,38 +13,89 @@ from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
 from .utils import *
+from .plot import *
 from .models import *
+from .memory import *
 from .history import *
+from .helpers import *
 from .callback import *
 from .dispatch import *
 from .registry import *
 from .trainer import *
+from .persist import *
+from .checkpoint import *
 from .data import *
+from .collate import *
+from .learner import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
 from .callbacks.introspect import *
+from .callbacks.schedule import *
+from .callbacks.lr_finder import *
+from .callbacks.precision import *
+from .callbacks.gradients import *
+from .callbacks.stoppers import *
+from .callbacks.devices import *
+from .callbacks.compilation import *
+from .callbacks.init import *
+from .callbacks.augment import *
+from .callbacks.preds import *
 from .callbacks.loggers import *
 from .callbacks.results import *
+from .callbacks.hooks import *
+from .callbacks.summary import *
+from .callbacks.visualize import *
+from .callbacks.monitors import *
+from .callbacks.savers import *
+from .callbacks.export import *
+from .callbacks.accel import *
 from .groups import *
-from . import utils, models, history, callback, dispatch, registry, trainer, data, groups
-from .callbacks import train, metrics, progress, introspect, loggers, results
+from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, trainer, persist, \
+    checkpoint, data, collate, learner, groups
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
+    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, \
+    savers, export, accel
 
-_modules = (
+_modules = (  # in the order of the layers: each module imports only modules above it in this list
     utils,
+    plot,
     models,
+    memory,
     history,
+    helpers,
     callback,
     dispatch,
     registry,
     trainer,
+    persist,
+    checkpoint,
     data,
+    collate,
+    learner,
     train,
     metrics,
     progress,
     introspect,
+    schedule,
+    lr_finder,
+    precision,
+    gradients,
+    stoppers,
+    devices,
+    compilation,
+    init,
+    augment,
+    preds,
     loggers,
     results,
+    hooks,
+    summary,
+    visualize,
+    monitors,
+    savers,
+    export,
+    accel,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]

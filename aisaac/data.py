@@ -195,10 +195,13 @@ def pil_to_tensor(img): # a PIL image (or anything `np.asarray` takes), H×W or 
 
 # %% ../nbs/30_data.ipynb #420a1e36
 def sample_dataset_dict(dsd:DatasetDict, # the splits to sample from
-                        n_train:int=1000, # rows to keep from the `train` split
-                        n_valid:int=200, # rows to keep from every other split
+                        n_train:int=500, # rows to keep from the `train` split, or `(n_train, n_valid)` as AIsaac's takes them
+                        n_valid:int=500, # rows to keep from every other split
                         seed:int=42): # seed of the random choice
     "A random subset of each split of `dsd`, keeping features and transforms"
+    if isinstance(n_train, (tuple, list)):
+        if len(n_train) != 2: raise ValueError(f"Sample sizes are `(n_train, n_valid)`, got {n_train!r}")
+        n_train, n_valid = n_train
     rng = np.random.default_rng(seed)
     def _sample(ds, n): return ds.select(np.sort(rng.choice(len(ds), min(n, len(ds)), replace=False)))
     return DatasetDict({k: _sample(ds, n_train if k == 'train' else n_valid) for k, ds in dsd.items()})

@@ -11,12 +11,26 @@ __all__ = ['CoreCBs']
 from .callbacks.train import BasicTrainCB, DeviceCB
 from .callbacks.metrics import MetricsCB
 from .callbacks.progress import ProgressCB
+from .callbacks.hooks import ActivationStatsCB
+from fastcore.basics import noop
 
 # %% ../nbs/90_groups.ipynb #068ce57d
+def _check_metrics(metrics):
+    for name, m in metrics.items():
+        if isinstance(m, type): raise TypeError(f"CoreCBs got the class {name}={m.__name__}: pass an instance, `{name}={m.__name__}()`")
+        if not (callable(getattr(m, 'update', None)) and callable(getattr(m, 'compute', None))):
+            raise TypeError(f"CoreCBs got {name}={m!r}, which is not a metric (it has no `update` and `compute` methods). "
+                            f"Its arguments are device, module_filter, progress and activation_stats; any other keyword "
+                            f"must be a metric, e.g. `Accuracy=MulticlassAccuracy()`.")
+
 class CoreCBs:
-    "The usual callbacks in one group: `DeviceCB`, `BasicTrainCB`, `MetricsCB(**metrics)` and `ProgressCB`"
+    "The usual callbacks in one group: `DeviceCB`, `BasicTrainCB`, `MetricsCB(**metrics)`, `ProgressCB` and `ActivationStatsCB(module_filter)`"
     def __init__(self, device=None, # where to train; default: the best available device
+                 module_filter=noop, # which modules `ActivationStatsCB` watches (a function of the module); default all
                  progress:bool=True, # show progress bars and the epoch table
-                 **metrics): # metrics for `MetricsCB`, by name
+                 activation_stats:bool=True, # keep activation statistics (`trainer.ActivationStatsCB`)
+                 **metrics): # metrics for `MetricsCB`, by name: objects with `update` and `compute`
+        _check_metrics(metrics)
         self.callbacks = [DeviceCB(device=device), BasicTrainCB(), MetricsCB(**metrics)]
         if progress: self.callbacks.append(ProgressCB())
+        if activation_stats: self.callbacks.append(ActivationStatsCB(module_filter))

@@ -78,10 +78,12 @@ class Trainer(CallbackMixin):
             lr:float=1e-3, # learning rate given to `opt_func`
             callbacks=None, # callbacks for this fit only, removed afterwards, also when it raised
             train:bool=True, # run the training pass of each epoch
-            valid:bool=True): # run the validation pass of each epoch
+            valid:bool=True, # run the validation pass of each epoch
+            resume_from=None): # a checkpoint file to continue from, written by `save_checkpoint` (`aisaac.checkpoint`)
         "Fit the model for `n_epochs`, with a new optimizer at `lr`"
         _check_fit_args(self, n_epochs, lr, train, valid)
-        added = self.add_callbacks(callbacks)
+        extra = self._fit_callbacks(resume_from)  # a checkpoint to resume is read and checked before anything starts
+        added = self.add_callbacks(callbacks) + self.add_callbacks(extra)
         try:
             self._check_steps(train)
             self.n_epochs, self.epochs, self.lr = n_epochs, range(n_epochs), lr
@@ -101,6 +103,11 @@ class Trainer(CallbackMixin):
             self.remove_callbacks(added)
             self._enable_all()
 
+    def _fit_callbacks(self, resume_from):
+        "Callbacks every fit adds: none here; `aisaac.checkpoint` adds one that knows where the fit is and resumes it"
+        if resume_from is not None: raise ImportError("`fit(resume_from=...)` needs `aisaac.checkpoint`: `import aisaac.checkpoint`")
+        return []
+
     @with_cbs('fit', CancelFitException)
     def _fit(self, train, valid):
         for self.epoch in self.epochs:
@@ -111,7 +118,7 @@ class Trainer(CallbackMixin):
     def one_epoch(self, training:bool): # the training pass (`True`) or the validation pass
         "Run one pass over the training (`train` phase) or the validation loader (`validate` phase)"
         self.model.train(training)
-        self.dl = self.dls.train if training else self.dls.valid
+        self.dl, self.first_batch = self.dls.train if training else self.dls.valid, 0  # a resumed pass starts later
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
         if training and self.nonfinite_loss: self._check_loss()
 
@@ -124,7 +131,7 @@ class Trainer(CallbackMixin):
     @with_cbs('epoch', CancelEpochException)
     def _one_epoch(self):
         batches = iter(self.dl)
-        for self.batch_num in itertools.count():
+        for self.batch_num in itertools.count(self.first_batch):
             self.run_callbacks('before_dataloader')
             if (batch := next(batches, _END)) is _END: break
             self.batch = batch

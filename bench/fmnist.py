@@ -9,7 +9,7 @@ pass over the 10k test images; s/epoch is the median over the epochs.
   raw loop          hand-written loop (zero_grad, forward, loss, backward, step; then an eval pass)
                     over torch DataLoader(TensorDataset(x, y), 64, shuffle=True) of the converted tensors
   aisaac default    DataLoaders.from_dataset_dict(dsd, 64): with_transform + pil_to_tensor per batch,
-                    torch DataLoader, CoreCBs(progress=False, Accuracy=MulticlassAccuracy())
+                    torch DataLoader, CoreCBs(progress=False, activation_stats=False, Accuracy=MulticlassAccuracy())
   aisaac fast       the same with fast=True (tensors converted once, served by TensorLoader)
 
 Data conversion (`to_tensors`, done once, then cached in the process and on disk) is timed separately, not in the epochs.
@@ -74,7 +74,7 @@ class AisaacRun:
     def __init__(self, model, dls):
         self.opt = torch.optim.Adam(model.parameters(), lr=LR)
         self.trainer = Trainer(dls, nn.CrossEntropyLoss(), lambda params, lr: self.opt, model=model,
-                               callbacks=[CoreCBs(device='cpu', progress=False, Accuracy=MulticlassAccuracy())])
+                               callbacks=[CoreCBs(device='cpu', progress=False, activation_stats=False, Accuracy=MulticlassAccuracy())])
         self.acc = None
     def epoch(self):
         self.trainer.fit(1, lr=LR)

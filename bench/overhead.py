@@ -15,8 +15,19 @@ Variants
   raw again           a second, identical raw DataLoader loop: its ratio shows this run's noise floor
   raw slicing         the same loop over slices of the tensors, shuffled once per epoch
   BasicTrainCB        Trainer with only BasicTrainCB, same torch DataLoader
-  CoreCBs             Trainer with CoreCBs(progress=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
-  CoreCBs fast        CoreCBs(progress=False) over aisaac's TensorLoader(shuffle=True)
+  CoreCBs             Trainer with CoreCBs(progress=False, activation_stats=False) (DeviceCB, BasicTrainCB, MetricsCB), same DataLoader
+  CoreCBs fast        CoreCBs(progress=False, activation_stats=False) over aisaac's TensorLoader(shuffle=True)
+  CoreCBs + control   CoreCBs(progress=False, activation_stats=False) with OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0),
+                      TerminateOnNaNCB, and EarlyStoppingCB and ThresholdStopperCB watching train_loss (never
+                      triggered), same DataLoader. (cycle_momentum=False: cycling momentum would turn the plain SGD of
+                      every other variant into SGD with momentum, a different and costlier optimizer step.)
+  raw + control       the raw DataLoader loop doing the same work by hand: OneCycleLR stepped per batch,
+                      clip_grad_norm_(1.0), and the loss read to check it is finite; `ctl/raw+` is the ratio of
+                      `CoreCBs + control` to it, aisaac's own overhead on that work
+  CoreCBs + stats     CoreCBs(progress=False): the above plus ActivationStatsCB on every module (AIsaac's default), same DataLoader
+  observability       CoreCBs(progress=False) with activation stats, CSVLogger and JSONLinesLogger (files in a temporary
+                      folder; JSON lines for every value, per batch too), LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB,
+                      GradNormCB and MemoryMonitorCB, same DataLoader
   Basic + 20 no-op    BasicTrainCB and 20 callbacks whose before_batch and after_batch do nothing, same DataLoader
   Basic + 20 quiet    BasicTrainCB and 20 callbacks with no per-batch hook (the same per-batch code as BasicTrainCB)
   --decompose adds:
@@ -29,7 +40,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, copy, gc, random, statistics, sys, time
+import argparse, copy, gc, math, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -43,6 +54,11 @@ from aisaac.all import Callback, CancelBatchException, CancelEpochException, Tra
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.groups import CoreCBs
 from aisaac.data import DataLoaders, TensorLoader
+from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.gradients import GradClipCB
+from aisaac.callbacks.stoppers import TerminateOnNaNCB, EarlyStoppingCB, ThresholdStopperCB
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+from aisaac.callbacks.monitors import LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB, GradNormCB, MemoryMonitorCB
 
 N_ROWS, N_IN, N_HID, N_OUT, LR = 20_000, 20, 64, 10, 0.01
 
@@ -116,6 +132,28 @@ def raw_dl_epoch(model, dl, loss_func):
         opt.step()
 
 
+def raw_control_epoch(model, dl, loss_func):
+    "`raw_dl_epoch` with what `CoreCBs + control` adds: a one-cycle schedule, gradient clipping and a finite-loss check"
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=len(dl), cycle_momentum=False)
+    params = list(model.parameters())
+    model.train()
+    for xb, yb in dl:
+        opt.zero_grad()
+        loss = loss_func(model(xb), yb)
+        if not math.isfinite(loss.item()): break
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+
+
+def control_cbs():
+    "The training-control callbacks of the `CoreCBs + control` variant"
+    return [CoreCBs(device='cpu', progress=False, activation_stats=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0), TerminateOnNaNCB(),
+            EarlyStoppingCB(patience=1000, watch_metric='train_loss'), ThresholdStopperCB('train_loss', 0.)]
+
+
 def raw_slice_epoch(model, x, y, bs, loss_func):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     model.train()
@@ -127,6 +165,14 @@ def raw_slice_epoch(model, x, y, bs, loss_func):
         loss = loss_func(model(xb), yb)
         loss.backward()
         opt.step()
+
+
+LOG_DIR = tempfile.TemporaryDirectory(prefix='aisaac-bench-')
+
+def observability_cbs():
+    "CoreCBs with activation statistics, two file loggers and every monitor"
+    return [CoreCBs(device='cpu', progress=False), CSVLogger(f'{LOG_DIR.name}/epochs.csv'), JSONLinesLogger(f'{LOG_DIR.name}/log.jsonl'),
+            LRMonitorCB(), SpeedMonitorCB(), RuntimeEstimatorCB(), GradNormCB(), MemoryMonitorCB()]
 
 
 def variants(x, y, bs, decompose=False):
@@ -151,8 +197,12 @@ def variants(x, y, bs, decompose=False):
         'raw again': raw(lambda m, d: raw_dl_epoch(m, d, loss_func)),
         'raw slicing': raw(lambda m, d: raw_slice_epoch(m, x, y, bs, loss_func)),
         'BasicTrainCB': trainer([BasicTrainCB()]),
-        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False)]),
-        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False)], fast=True),
+        'CoreCBs': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)]),
+        'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)], fast=True),
+        'CoreCBs + control': trainer(control_cbs()),
+        'raw + control': raw(lambda m, d: raw_control_epoch(m, d, loss_func)),
+        'CoreCBs + stats': trainer([CoreCBs(device='cpu', progress=False)]),
+        'observability': trainer(observability_cbs()),
         'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
         'Basic + 20 quiet': trainer([BasicTrainCB()] + [QuietCB() for _ in range(20)]),
     }
@@ -214,6 +264,8 @@ def main():
             spread = (max(v) - min(v)) / med[k]
             print(f"| {bs:>5} | {k:<20} | {med[k]:8.4f} | {med[k]/n_batches*1e6:9.1f} | {ratio[k]:6.3f} | {spread:6.1%} |")
         results[bs] = {k: v / n_batches * 1e6 for k, v in med.items()} | {f'{k} ratio': v for k, v in ratio.items()}
+        results[bs]['control vs raw+'] = statistics.median(a / b for a, b in zip(times['CoreCBs + control'], times['raw + control']))
+        print(f"| {bs:>5} | {'ctl/raw+ (ratio)':<20} | {'':>8} | {'':>9} | {results[bs]['control vs raw+']:6.3f} | {'':>7} |")
         # the no-op cost, paired per repeat (same repeat, adjacent in time) to cancel slow drifts
         results[bs]['noop_paired'] = statistics.median(
             (a - b) / n_batches * 1e6 for a, b in zip(times['Basic + 20 no-op'], times['BasicTrainCB']))
@@ -234,6 +286,8 @@ def main():
             ('BasicTrainCB-only <= 1.03x raw loop (bs 64)', r['BasicTrainCB ratio'], 1.03, 'x'),
             ('CoreCBs minus display <= 1.10x raw loop (bs 64)', r['CoreCBs ratio'], 1.10, 'x'),
             ('CoreCBs fast path <= 0.75x raw loop (bs 64)', r['CoreCBs fast ratio'], 0.75, 'x'),
+            ('CoreCBs + scheduler, clipping, stoppers <= 1.10x raw loop (bs 64)', r['CoreCBs + control ratio'], 1.10, 'x'),
+            ('CoreCBs + control vs the raw loop doing the same work <= 1.10x (bs 64)', r['control vs raw+'], 1.10, 'x'),
             ('20 quiet callbacks (no per-batch hook) add <= 2 us/batch (dispatch-only measure)', quiet_total, 2.0, ' us'),
             ('20 no-op callbacks with 2 per-batch hooks each (40 calls) add <= 2 us/batch', noop_total, 2.0, ' us'),
         ]
@@ -241,6 +295,8 @@ def main():
         for name, val, lim, unit in checks:
             print(f"- {name}: {val:.3f}{unit} -> {'MET' if val <= lim else 'MISSED'}")
         print(f"- (noise floor: the identical second raw loop measured {r['raw again ratio']:.3f}x)")
+        print(f"- (observability: CoreCBs with activation stats, CSV and JSON-lines loggers and the five monitors: "
+              f"{r['observability ratio']:.3f}x; CoreCBs with activation stats alone: {r['CoreCBs + stats ratio']:.3f}x; for reference)")
         print(f"- (20 no-op callbacks in the full workload, paired median: {r['noop_paired']:+.1f} us/batch; "
               f"noisy, for reference)")
 

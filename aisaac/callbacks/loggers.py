@@ -212,7 +212,7 @@ def run_config(trainer):
     return {'n_epochs': getattr(trainer, 'n_epochs', None), 'lr': getattr(trainer, 'lr', None),
             'opt_func': name(trainer.opt_func), 'loss_func': name(trainer.loss_func), 'model': type(model).__name__,
             'n_params': sum(p.numel() for p in model.parameters()),
-            'callbacks': ', '.join(type(cb).__name__ for cb in getattr(trainer, 'cbs', ()))}
+            'callbacks': ', '.join(n for cb in getattr(trainer, 'cbs', ()) if not (n := type(cb).__name__).startswith('_'))}  # not private helpers
 
 _mlflow_status = {'ok': 'FINISHED', 'cancelled': 'FINISHED', 'error': 'FAILED', 'interrupted': 'KILLED'}
 

@@ -31,13 +31,19 @@ class MetricsCB(Callback):
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
+        self.row = {}
+        self._reset()
 
     def before_fit(self, trainer):
         "Start the sums at zero"
         self.device, self.row = None, {}
         self._reset()
 
-    def _reset(self): self.batch_losses, self.batch_sizes = [], []
+    def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
+
+    def _pass_losses(self):
+        "This pass's batch losses on the CPU (those from before a resume first)"
+        return torch.cat([self.resumed_losses, torch.stack(self.batch_losses).float().cpu() if self.batch_losses else torch.zeros(0)])
 
     def after_batch(self, trainer):
         "Keep the batch's loss and size, and update the pass's metrics, all on the device"
@@ -56,7 +62,7 @@ class MetricsCB(Callback):
 
     def cleanup_epoch(self, trainer):
         "Read the pass's loss and metrics once, keep them, and log the epoch when it is complete"
-        losses = torch.stack(self.batch_losses).float().cpu() if self.batch_losses else torch.zeros(0)
+        losses = self._pass_losses()
         split = 'train' if trainer.training else 'valid'
         self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
         for v in losses.tolist(): trainer.history.update_metric(f'{split}_loss', v, per='batch')
@@ -74,12 +80,18 @@ class MetricsCB(Callback):
         return max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
 
     def state_dict(self):
-        "The per-epoch and per-batch records, for checkpoints"
-        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch}
+        "The per-epoch and per-batch records, and the pass in progress (for a checkpoint inside an epoch), for checkpoints"
+        current = {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
+                   'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
+        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch, 'pass': current}
 
     def load_state_dict(self, state:dict): # from `state_dict`
-        "Restore the records of `state_dict`"
+        "Restore the records of `state_dict`, and the pass it was in"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
+        if (p := state.get('pass')) is None: return
+        self._reset()
+        self.resumed_losses, self.batch_sizes, self.row = p['losses'].float().cpu(), list(p['sizes']), dict(p['row'])
+        for n, s in p['train_metrics'].items(): self.train_metrics[n].load_state_dict(s)
 
     def _log(self, trainer):
         row, self.row = self.row, {}

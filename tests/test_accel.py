@@ -1,0 +1,59 @@
+"""AccelerateCB on 2 CPU processes (torchrun, gloo) on a Fashion-MNIST sample: the same weights and buffers on both, the
+validation metric of a single process's evaluation, and one process only writing checkpoints and logs."""
+import subprocess, sys
+from pathlib import Path
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip('accelerate')
+from accel_run import data, make_model
+
+HERE = Path(__file__).parent
+
+def launch(out, n_procs, n_train=1024, n_valid=200, epochs=2):
+    "Run tests/accel_run.py on `n_procs` CPU processes; returns each process's result"
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n_procs),
+           str(HERE/'accel_run.py'), str(out), str(n_train), str(n_valid), str(epochs)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    return [torch.load(out/f'result_{r}.pt', weights_only=True) for r in range(n_procs)]
+
+@pytest.fixture(scope='module')
+def two(tmp_path_factory):
+    out = tmp_path_factory.mktemp('accel2')
+    return out, launch(out, 2)
+
+def test_both_processes_end_with_the_same_weights_and_buffers(two):
+    out, (r0, r1) = two
+    assert r0['processes'] == r1['processes'] == 2
+    assert list(r0['state']) == list(r1['state'])
+    for k in r0['state']: assert torch.equal(r0['state'][k], r1['state'][k]), k
+    assert any('running_mean' in k for k in r0['state'])  # batch norm buffers are compared too
+
+def test_the_validation_metrics_equal_a_single_process_evaluation(two):
+    "200 validation images in batches of 32 on 2 processes: the last batches are padded, and no padding is counted"
+    out, (r0, r1) = two
+    model = make_model()
+    model.load_state_dict(r0['state'])
+    model.eval()
+    valid = data(1024, 200).valid.dataset.tensors
+    assert len(valid[0]) == 200
+    with torch.no_grad(): preds = model(valid[0])
+    acc, loss = (preds.argmax(1) == valid[1]).float().mean().item(), nn.CrossEntropyLoss()(preds, valid[1]).item()
+    for r in (r0, r1):  # every process computed the metrics on the gathered predictions
+        h = r['history']['epoch']
+        assert h['acc']['values'][-1] == acc
+        assert h['valid_loss']['values'][-1] == pytest.approx(loss, rel=1e-5)
+
+def test_only_the_main_process_writes_checkpoints_and_logs(two):
+    out, _ = two
+    assert (out/'writes_0.txt').read_text().split() == [str(out/'ckpt'/'checkpoint_0001_000000.pt'),
+                                                      str(out/'ckpt'/'checkpoint_0002_000000.pt'), str(out/'final.pt')]
+    assert not (out/'writes_1.txt').exists()
+    rows = (out/'log.txt').read_text().splitlines()
+    assert len(rows) == 2 and all(r.startswith('0 ') for r in rows)
+    printed = (out/'stdout_0.txt').read_text().splitlines()
+    assert printed[0].split() == ['epoch', 'train', 'valid', 'acc'] and len(printed) == 3
+    assert (out/'stdout_1.txt').read_text() == ''
+    assert not list(out.rglob('.*.tmp'))

@@ -1,0 +1,61 @@
+"capture_preds and test-time augmentation: shapes, equality with a hand-written evaluation, the averages, and the errors."
+import pytest, torch
+from torch import nn
+
+from aisaac.callback import Callback
+from aisaac.data import TensorLoader
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.augment import hflip
+from aisaac.callbacks.preds import CapturePredsCB, CapturePreds
+
+def make(shuffle_valid=False, n=50):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, 1, 4, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
+    dls = type('DLs', (), {'train': TensorLoader(x, y, bs=16, shuffle=True, seed=0),
+                           'valid': TensorLoader(x, y, bs=16, shuffle=shuffle_valid, seed=1)})()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(24, 3))
+    return Trainer(dls, nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB()]), x, y
+
+def test_capture_preds_equals_a_manual_evaluation():
+    t, x, y = make()
+    t.fit(1, lr=0.1)
+    preds, targs = t.capture_preds()
+    assert preds.shape == (50, 3) and preds.dtype == torch.float32 and not preds.requires_grad
+    assert torch.equal(targs, y)
+    with torch.no_grad(): torch.testing.assert_close(preds, t.model(x))
+    p2, t2, xs = t.capture_preds(inps=True)
+    assert torch.equal(p2, preds) and torch.equal(xs, x)
+
+def test_tta_averages_plain_and_augmented():
+    t, x, _ = make()
+    plain, _ = t.capture_preds()
+    flip, _ = t.capture_preds(tta=hflip)
+    with torch.no_grad(): torch.testing.assert_close(flip, (plain + t.model(hflip(x))) / 2)
+    two, _ = t.capture_preds(tta=[hflip, torch.neg])
+    with torch.no_grad(): torch.testing.assert_close(two, (plain + t.model(hflip(x)) + t.model(-x)) / 3)
+    assert torch.equal(t.capture_preds()[0], plain)  # the augmentation does not stay
+
+def test_tta_needs_the_same_order():
+    t, _, _ = make(shuffle_valid=True)
+    t.capture_preds()  # fine without TTA
+    with pytest.raises(ValueError, match='use a validation loader that does not shuffle'): t.capture_preds(tta=hflip)
+
+def test_extra_callbacks_for_the_passes_only():
+    class Count(Callback):
+        n = 0
+        def after_batch(self, t): self.n += 1
+    t, _, _ = make()
+    c = Count()
+    t.capture_preds(callbacks=c, tta=hflip)
+    assert c.n == 2 * 4 and not hasattr(t, 'Count')
+
+def test_capture_preds_cb_in_a_fit():
+    t, x, y = make()
+    cp = CapturePreds(inps=True)
+    assert CapturePreds is CapturePredsCB
+    t.fit(1, lr=0., callbacks=cp)  # training batches (shuffled) then validation batches
+    assert cp.all_preds.shape == (100, 3) and cp.all_inps.shape == (100, 1, 4, 6)
+    assert torch.equal(cp.all_targs[50:], y) and torch.equal(cp.all_targs[:50].sort().values, y.sort().values)
+    assert CapturePredsCB().inps is False

@@ -1,0 +1,136 @@
+"Schedulers: the LR and momentum the optimizer uses at each step equal PyTorch's schedulers run by hand; steps only in training; state for checkpoints; errors."
+import io
+from functools import partial
+import pytest
+import torch
+from torch import nn
+
+from aisaac.callback import Callback
+from aisaac.callbacks.schedule import (BaseSchedulerCB, BatchSchedulerCB, EpochSchedulerCB, OneCycleSchedulerCB,
+                                       BaseSchedCB, BatchSchedCB, EpochSchedCB)
+from tiny import make_trainer
+
+N_TRAIN = 5  # batches per epoch of the loaders below
+
+class StepRecorder(Callback):
+    "The LR and momentum (or beta1) of each parameter group at each optimizer step"
+    def before_fit(self, t): self.lrs, self.moms = [], []
+    def before_step(self, t):
+        self.lrs.append([g['lr'] for g in t.opt.param_groups])
+        self.moms.append([g['betas'][0] if 'betas' in g else g['momentum'] for g in t.opt.param_groups])
+
+class CountEvents(Callback):
+    def before_fit(self, t): self.sched_steps, self.valid_batches = 0, 0
+    def after_scheduler_step(self, t): self.sched_steps += 1
+    def after_batch(self, t): self.valid_batches += not t.model.training
+
+def trainer(*cbs, opt_func=partial(torch.optim.SGD, momentum=0.9)):
+    return make_trainer(list(cbs), opt_func=opt_func, n_train=(4,) * N_TRAIN, n_valid=(4, 4))
+
+def by_hand(sched_func, opt_func, lr, n_steps):
+    opt = opt_func(nn.Linear(2, 1).parameters(), lr=lr)
+    sched = sched_func(opt)
+    lrs, moms = [], []
+    for _ in range(n_steps):
+        g = opt.param_groups[0]
+        lrs.append([g['lr']]); moms.append([g['betas'][0] if 'betas' in g else g['momentum']])
+        opt.step(); sched.step()
+    return lrs, moms
+
+def test_one_cycle_sgd_momentum_and_kwargs_match_torch():
+    rec = StepRecorder()
+    trainer(OneCycleSchedulerCB(pct_start=0.25, div_factor=10., final_div_factor=100.), rec).fit(3, lr=0.2)
+    lrs, moms = by_hand(partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.2, total_steps=3 * N_TRAIN, pct_start=0.25,
+                                div_factor=10., final_div_factor=100.), partial(torch.optim.SGD, momentum=0.9), 0.2, 3 * N_TRAIN)
+    assert rec.lrs == lrs and rec.moms == moms
+    assert rec.lrs[0] == [pytest.approx(0.02)] and max(l[0] for l in rec.lrs) == pytest.approx(0.2, rel=1e-2)
+    assert rec.moms[0] == [pytest.approx(0.95)] and min(m[0] for m in rec.moms) == pytest.approx(0.85, rel=1e-2)
+
+def test_max_lr_and_total_steps_given_win_over_the_fit():
+    rec = StepRecorder()
+    trainer(OneCycleSchedulerCB(max_lr=0.05, total_steps=20), rec).fit(2, lr=1.0)
+    lrs, _ = by_hand(partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.05, total_steps=20),
+                     partial(torch.optim.SGD, momentum=0.9), 1.0, 2 * N_TRAIN)
+    assert rec.lrs == lrs
+
+def test_batch_scheduler_steps_per_training_batch_only_through_the_trainer():
+    count, rec = CountEvents(), StepRecorder()
+    t = trainer(BatchSchedulerCB(partial(torch.optim.lr_scheduler.ExponentialLR, gamma=0.5)), count, rec)
+    t.fit(2, lr=1.0)
+    assert count.valid_batches == 4 and count.sched_steps == 2 * N_TRAIN
+    assert t.BatchSchedulerCB.scheduler.last_epoch == 2 * N_TRAIN
+    assert [l[0] for l in rec.lrs] == [0.5 ** i for i in range(2 * N_TRAIN)]
+
+def test_epoch_scheduler_steps_after_each_training_pass():
+    count, rec = CountEvents(), StepRecorder()
+    t = trainer(EpochSchedulerCB(partial(torch.optim.lr_scheduler.MultiStepLR, milestones=[1, 2], gamma=0.1)), count, rec)
+    t.fit(3, lr=1.0)
+    assert count.sched_steps == 3
+    assert [l[0] for l in rec.lrs] == pytest.approx([1.0] * N_TRAIN + [0.1] * N_TRAIN + [0.01] * N_TRAIN)
+
+def test_a_new_scheduler_each_fit_from_the_new_optimizer():
+    cb = BatchSchedulerCB(partial(torch.optim.lr_scheduler.StepLR, step_size=1))
+    t = trainer(cb)
+    t.fit(1)
+    first = cb.scheduler
+    t.fit(1)
+    assert cb.scheduler is not first and cb.scheduler.optimizer is t.opt and cb.scheduler.last_epoch == N_TRAIN
+
+def test_no_training_no_step():
+    count = CountEvents()
+    trainer(OneCycleSchedulerCB(), count).fit(1, train=False)
+    assert count.sched_steps == 0
+
+def test_miniai_names_are_the_same_callbacks():
+    assert issubclass(BaseSchedCB, BaseSchedulerCB) and issubclass(BatchSchedCB, BatchSchedulerCB) and issubclass(EpochSchedCB, EpochSchedulerCB)
+    a, b = StepRecorder(), StepRecorder()
+    sched = partial(torch.optim.lr_scheduler.CosineAnnealingLR, T_max=2 * N_TRAIN)
+    trainer(BatchSchedCB(sched), a).fit(2, lr=0.1)
+    trainer(BatchSchedulerCB(sched), b).fit(2, lr=0.1)
+    assert a.lrs == b.lrs and a.lrs[-1][0] < 0.01
+
+def test_state_survives_torch_save_with_weights_only_and_resumes_the_schedule():
+    class Cut(Callback):
+        def checkpoint(self, t, at):
+            if at == 'epoch' and t.epoch == 1:
+                buf = io.BytesIO(); torch.save(t.callbacks_state_dict(), buf); self.saved = buf.getvalue()
+    cut, full = Cut(), StepRecorder()
+    trainer(OneCycleSchedulerCB(), cut, full).fit(4, lr=0.1)
+    state = torch.load(io.BytesIO(cut.saved), weights_only=True)
+    assert state['OneCycleSchedulerCB']['scheduler']['last_epoch'] == 2 * N_TRAIN
+    rec = StepRecorder()
+    t = trainer(OneCycleSchedulerCB(), rec)
+    t.load_callbacks_state_dict(state)
+    assert t.OneCycleSchedulerCB.state_dict() == state['OneCycleSchedulerCB']  # kept until the fit makes the scheduler
+    t.fit(2, lr=0.1)
+    assert rec.lrs == full.lrs[2 * N_TRAIN:]
+
+def test_state_loaded_during_a_fit_goes_to_the_running_scheduler():
+    class LoadAtStart(Callback):
+        order = 1  # after the scheduler callback made its scheduler
+        def __init__(self, state): self.state = state
+        def before_fit(self, t): t.load_callbacks_state_dict(self.state)
+    src = trainer(BatchSchedulerCB(partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)))
+    src.fit(1, lr=1.0)
+    rec = StepRecorder()
+    t = trainer(BatchSchedulerCB(partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)), rec)
+    t.fit(1, lr=1.0, callbacks=[LoadAtStart(src.callbacks_state_dict())])
+    assert [l[0] for l in rec.lrs] == [0.5 ** i for i in range(N_TRAIN, 2 * N_TRAIN)]
+
+def test_state_dict_is_empty_before_the_first_fit():
+    assert OneCycleSchedulerCB().state_dict() == {}
+    cb = OneCycleSchedulerCB(); cb.load_state_dict({})
+    assert cb.state_dict() == {}
+
+class NoLen:
+    def __init__(self, batches): self.batches = batches
+    def __iter__(self): return iter(self.batches)
+
+def test_errors_name_the_fix():
+    t = trainer()
+    t.dls.train = NoLen(t.dls.train)
+    with pytest.raises(TypeError, match=r"has no len\(\).*OneCycleSchedulerCB\(total_steps="): t.fit(1, callbacks=[OneCycleSchedulerCB()])
+    with pytest.raises(TypeError, match="max_lrr"): OneCycleSchedulerCB(max_lrr=1)
+    with pytest.raises(TypeError, match="scheduler_func"): BatchSchedulerCB(None)
+    with pytest.raises(ValueError, match=r"cycle_momentum=False"): trainer(OneCycleSchedulerCB(), opt_func=torch.optim.Adagrad).fit(1)
+    trainer(OneCycleSchedulerCB(cycle_momentum=False), opt_func=torch.optim.Adagrad).fit(1)

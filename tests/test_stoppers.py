@@ -1,0 +1,133 @@
+"Stoppers: the epoch at which each triggers on scripted metric sequences, NaN losses caught before the step, errors for metrics never recorded, state."
+import pytest
+import torch
+from torch import nn
+
+from aisaac.callback import Callback
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.gradients import MicroBatchCB
+from aisaac.callbacks.stoppers import TerminateOnNaNCB, EarlyStoppingCB, ThresholdStopperCB
+from tiny import make_trainer
+
+class Script(Callback):
+    "Records `values[name][epoch]` at the end of each epoch"
+    def __init__(self, **values): self.values = values
+    def checkpoint(self, t, at):
+        if at == 'epoch':
+            for name, vs in self.values.items(): t.history.update_metric(name, vs[t.epoch])
+
+class Epochs(Callback):
+    def before_fit(self, t): self.n = 0
+    def checkpoint(self, t, at): self.n += at == 'epoch'
+
+def epochs_run(*cbs, n_epochs=10, **kw):
+    count = Epochs()
+    t = make_trainer([*cbs, count], **kw)
+    t.fit(n_epochs, lr=0.01)
+    return count.n
+
+L = [1.0, 0.9, 0.95, 0.85, 0.86, 0.845, 0.7, 0.6, 0.5, 0.4]
+@pytest.mark.parametrize('kw, values, expected', [
+    (dict(), L, 3),                                          # 0.95 does not improve on 0.9: stop after epoch 2
+    (dict(patience=2), L, 6),                                # epochs 4 and 5 (0.86, 0.845: not 0.01 below 0.85)
+    (dict(patience=2, threshold=0.), L, 10),                 # 0.845 < 0.85 counts now: never two in a row
+    (dict(patience=3), L, 10),                               # never three in a row
+    (dict(threshold=0.2), [1.0, 0.7, 0.6, 0.3, 0.2], 3),     # 0.6 is only 0.1 below 0.7
+    (dict(watch_metric='acc', greater_is_better=True), [0.5, 0.6, 0.605, 0.9], 3),
+    (dict(watch_metric='acc', greater_is_better=True, patience=2, threshold=0), [0.5, 0.5, 0.6, 0.6, 0.59, 0.9], 5),
+])
+def test_early_stopping_epoch(kw, values, expected):
+    name = kw.get('watch_metric', 'valid_loss')
+    assert epochs_run(EarlyStoppingCB(**kw), Script(**{name: values + [0.] * 10})) == expected
+
+@pytest.mark.parametrize('args, values, expected', [
+    (('acc', 0.9), [0.5, 0.89, 0.9, 0.95], 3),
+    (('acc', 0.9), [0.5, 0.6], None),                          # never reached: the fit runs to its end
+    (('valid_loss', 0.3), [1.0, 0.5, 0.3, 0.1], 3),            # a loss: reaching is going down to it
+    (('error_rate', 0.1), [0.5, 0.05], 2),
+    (('val_perplexity', 10), [30., 20., 9.], 3),
+    (('score', 0.3, False), [1.0, 0.2], 2),
+    (('loss_reduction', 0.5, True), [0.1, 0.6], 2),
+])
+def test_threshold_stopper_epoch(args, values, expected):
+    n = epochs_run(ThresholdStopperCB(*args), Script(**{args[0]: values + [values[-1]] * 10}), n_epochs=len(values))
+    assert n == (expected or len(values))
+
+def test_stoppers_say_why(capsys):
+    stopper = EarlyStoppingCB()
+    epochs_run(stopper, Script(valid_loss=L))
+    assert stopper.reason == ("EarlyStoppingCB: valid_loss has not improved by more than 0.01 for 1 epoch (best 0.9 at epoch 1, now 0.95); "
+                              "the fit stops after epoch 2")
+    assert capsys.readouterr().out.strip() == stopper.reason
+
+def test_stopping_happens_after_the_epoch_is_complete_and_recorded():
+    seen = []
+    class Saver(Callback):  # a checkpoint saver in the same event: it still sees the last epoch
+        order = 50
+        def checkpoint(self, t, at):
+            if at == 'epoch': seen.append(t.history.get_latest_metric('valid_loss'))
+    t = make_trainer([MetricsCB(), EarlyStoppingCB(threshold=10.), Saver()])
+    t.fit(5)
+    assert len(seen) == 2 and len(t.history.get_metric_values('valid_loss')) == 2 and t.epoch == 1
+
+def test_a_metric_never_recorded_is_an_error_after_the_first_epoch():
+    with pytest.raises(ValueError, match=r"'val_loss', which was not recorded in trainer.history in epoch 0.*\['train_loss', 'valid_loss'\]"):
+        epochs_run(MetricsCB(), EarlyStoppingCB(watch_metric='val_loss'))
+    t = make_trainer([MetricsCB()])
+    t.fit(1)  # valid_loss is in the history now, from this fit
+    with pytest.raises(ValueError, match="'valid_loss', which was not recorded"):
+        t.fit(2, valid=False, callbacks=[ThresholdStopperCB('valid_loss', 0.)])
+    with pytest.raises(ValueError, match="not recorded"): epochs_run(EarlyStoppingCB())  # no MetricsCB at all
+
+def test_early_stopping_starts_afresh_each_fit_unless_given_its_state():
+    stopper = EarlyStoppingCB(patience=2)
+    t = make_trainer([stopper, Script(valid_loss=[1.0, 1.0, 0.5, 0.5, 0.5])])
+    t.fit(2)  # one epoch waited
+    assert (stopper.best, stopper.wait) == (1.0, 1)
+    state = t.callbacks_state_dict()['EarlyStoppingCB']
+    t.fit(1)  # afresh: 1.0 is the first value, nothing waited
+    assert (stopper.best, stopper.wait, stopper.reason) == (1.0, 0, None)
+    stopper.load_state_dict(state)
+    t.fit(2)  # with the state: 1.0 again is the second epoch without improvement
+    assert stopper.reason is not None and t.epoch == 0
+
+def test_nan_training_loss_stops_before_the_step():
+    class NaNAt(Callback):
+        order = -1
+        def after_loss(self, t):
+            if (t.epoch, t.batch_num) == (1, 1) and t.model.training: t.loss = t.loss / 0 * 0
+    class W(Callback):
+        def after_batch(self, t):
+            if t.model.training: self.w = t.model.weight.detach().clone()
+    w, stop = W(), TerminateOnNaNCB()
+    t = make_trainer([stop, NaNAt(), w])
+    t.fit(5)
+    assert (t.epoch, t.batch_num) == (1, 1) and torch.equal(t.model.weight, w.w)
+    assert 'training loss is nan at epoch 1, batch 1' in stop.reason
+
+def test_inf_validation_loss_stops_the_fit():
+    class Inf(Callback):
+        order = -1
+        def after_loss(self, t):
+            if not t.model.training and t.epoch == 2: t.loss = t.loss + float('inf')
+    stop = TerminateOnNaNCB()
+    assert epochs_run(stop, Inf()) == 2
+    assert stop.reason == 'TerminateOnNaNCB: the validation loss is inf at epoch 2, batch 0; the fit stops'
+
+def test_nan_in_one_microbatch_stops_before_the_step():
+    class NaNMicro(Callback):
+        order = -1
+        def after_loss(self, t):
+            if len(t.batch[0]) == 2 and t.batch[0][0, 0] == t.dls.train[1][0][0, 0]: t.loss = t.loss * float('nan')
+    steps = []
+    class Steps(Callback):
+        def step(self, t): steps.append(t.batch_num)
+    t = make_trainer([MicroBatchCB(2), TerminateOnNaNCB(), NaNMicro(), Steps()], n_train=(4, 4))
+    t.fit(1)
+    assert steps == [0] and t.batch_num == 1
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match='patience must be a positive integer'): EarlyStoppingCB(patience=0)
+    with pytest.raises(ValueError, match='threshold must be >= 0'): EarlyStoppingCB(threshold=-1)
+    with pytest.raises(TypeError, match='watch_metric must be the name'): EarlyStoppingCB(watch_metric='')
+    with pytest.raises(TypeError, match='watch_metric must be the name'): ThresholdStopperCB(3, 0.5)
