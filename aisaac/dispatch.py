@@ -86,6 +86,7 @@ class CallbackMixin:
     class_callbacks = ()  # (event, function) pairs of the class, inherited and chained: parents' first
     own_events = ()       # events a method of the class itself may handle (the most derived one), before the callbacks of order 0
     runtime_attrs = ()    # attributes the class sets while it runs: no callback may take their name
+    required_events = ()  # events that need a handler of their own: when none has one, `self._missing(event)` stands in (and raises)
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._entries, self._table, self._seq, self.cbs = {}, {}, itertools.count(), []
@@ -153,6 +154,8 @@ class CallbackMixin:
             fs.insert(next((i for i, cb in enumerate(cbs) if getattr(cb, 'order', 0) >= 0), len(cbs)), (own, None))
         fs = [(f, None) for ev, f in type(self).class_callbacks if ev == event] + fs
         res = tuple((f, _kwarg_names(f), cb, event) for f, cb in fs if f is not None)
+        if event in type(self).required_events and not any(cb is None or callable(getattr(cb, event, None)) for _, _, cb, _ in res):
+            res = ((self._missing(event), set(), None, event),)  # (a catch-all's `run_event` is no handler of its own)
         return res if self._tracer is None else self._tracer.wrap(self, event, res)
 
     def _plan_of(self, events):

@@ -57,6 +57,7 @@ _END = object()
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')  # a subclass's methods of these names are their handlers
+    required_events = ('predict', 'get_loss', 'backward', 'step')  # with no handler, the step raises when it would run
     nonfinite_loss = 'raise'  # a NaN or infinite training loss at the end of an epoch: 'raise', 'warn', or None to go on
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`
@@ -160,25 +161,29 @@ _steps_do = {'predict': ('no predictions would be made', 'run the model twice'),
              'step': ('the weights would never change', 'step the optimizer twice per batch')}
 
 @patch
-def _step_handlers(self:Trainer, event, core=False):
-    "Who handles the step `event`: the class's own method, and callbacks with a method of that name (only `core` ones if `core`)"
+def _core_handlers(self:Trainer, event):
+    "Who does the step `event`: the class's own method or declared callbacks, and core callbacks with a method of that name"
     own = [type(self).__name__] if callable(getattr(type(self), event, None)) else []
     own += [type(self).__name__ for ev, _ in type(self).class_callbacks if ev == event]
-    return own + [_name_of(self, cb) for cb in self.cbs if id(cb) not in self._disabled and callable(getattr(cb, event, None))
-                  and (getattr(cb, 'core', False) or not core)]
+    return own + [_name_of(self, cb) for cb in self.cbs if id(cb) not in self._disabled and getattr(cb, 'core', False)
+                  and callable(getattr(cb, event, None))]
+
+@patch
+def _missing(self:Trainer, event):
+    "What stands in for the step `event` when nothing handles it: it raises when the step would run (a fit that stops before runs fine)"
+    def missing(trainer):
+        raise RuntimeError(f"Nothing handles `{event}` in this fit, so {_steps_do[event][0]}: add `BasicTrainCB()` (or `CoreCBs()`, which has it), "
+                           f"or a callback or {type(trainer).__name__} method named `{event}`")
+    return missing
 
 @patch
 def _check_steps(self:Trainer, train):
-    "Refuse a fit in which nothing would predict or compute the loss, or (training) compute gradients and step, or two core callbacks would"
-    if type(self).one_batch is not Trainer.one_batch or type(self)._one_epoch is not Trainer._one_epoch: return  # its own loop
-    for event in ('predict', 'get_loss') + (('backward', 'step') if train else ()):
-        none, twice = _steps_do[event]
-        if not self._step_handlers(event):
-            raise RuntimeError(f"Nothing handles `{event}` in this fit, so {none}: add `BasicTrainCB()` (or `CoreCBs()`, which has it), "
-                               f"or a callback or {type(self).__name__} method named `{event}`")
-        if event in ('backward', 'step') and len(names := self._step_handlers(event, core=True)) > 1:  # (a callback that only watches is no core one)
-            raise RuntimeError(f"`{event}` has {len(names)} handlers ({', '.join(f'{n}.{event}' for n in names)}), so each batch would {twice}: "
-                               f"keep one (to change one step of BasicTrainCB, subclass it and override that method)")
+    "Refuse a fit in which two core callbacks (or the trainer's own method and a core callback) would both do `backward` or `step`"
+    if not train or type(self).one_batch is not Trainer.one_batch or type(self)._one_epoch is not Trainer._one_epoch: return  # its own loop
+    for event in ('backward', 'step'):
+        if len(names := self._core_handlers(event)) > 1:  # (a callback that only watches is no core one)
+            raise RuntimeError(f"`{event}` has {len(names)} handlers ({', '.join(f'{n}.{event}' for n in names)}), so each batch would "
+                               f"{_steps_do[event][1]}: keep one (to change one step of BasicTrainCB, subclass it and override that method)")
 
 @patch
 def _check_loss(self:Trainer):

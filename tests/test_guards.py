@@ -113,6 +113,23 @@ class PredictLoss(Callback):
     def predict(self, t): t.preds = t.model(t.batch[0])
     def get_loss(self, t): t.loss = t.loss_func(t.preds, t.batch[1])
 
+def test_a_fit_that_stops_before_the_steps_needs_no_step_handler():
+    class Peek(Callback):  # h12b's `peek_batch` does this: the batch as the model would get it, without training
+        def before_predict(self, t):
+            self.batch = t.batch
+            raise CancelFitException()
+    torch.manual_seed(0)
+    trainer = Trainer(make_dls(), nn.MSELoss(), torch.optim.SGD, nn.Linear(2, 1), callbacks=(peek := Peek()))
+    w = weights(trainer); trainer.fit(1)
+    assert peek.batch[0].shape == (3, 2) and same(weights(trainer), w)
+
+def test_a_catch_all_callback_is_no_step_handler():
+    class Watch(Callback):
+        def run_event(self, event, trainer, **kwargs): pass
+    torch.manual_seed(0)
+    trainer = Trainer(make_dls(), nn.MSELoss(), torch.optim.SGD, nn.Linear(2, 1), callbacks=Watch())
+    refused(trainer, RuntimeError, 'Nothing handles `predict`')
+
 def test_a_training_fit_without_backward_is_refused_but_validation_alone_runs():
     torch.manual_seed(0)
     trainer = Trainer(make_dls(), nn.MSELoss(), torch.optim.SGD, nn.Linear(2, 1), callbacks=PredictLoss())
