@@ -40,10 +40,6 @@ class _Peek(Callback):
         self.batch = trainer.batch
         raise CancelFitException()
 
-class _PeekTrainer(Trainer):
-    "A throwaway trainer for `peek_batch`: it stops before the forward pass, so it needs no training steps"
-    def _check_steps(self, train): pass
-
 @patch
 def peek_batch(self:Trainer, train:bool=True, # from the training loader (in training mode), else the validation loader
                callbacks=None): # more callbacks for this batch only, e.g. an augmentation to try
@@ -51,7 +47,7 @@ def peek_batch(self:Trainer, train:bool=True, # from the training loader (in tra
     preps = [cb for cb in self.cbs if id(cb) in self._entries and not getattr(cb, 'callbacks', None)
              and any(callable(getattr(cb, ev, None)) for ev in _prep_events)]
     peek, was_training = _Peek(), self.model.training
-    tmp = _PeekTrainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
+    tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
     try:
         with _same_random_state(self.dls.train if train else self.dls.valid):
             tmp.fit(1, train=train, valid=not train)
