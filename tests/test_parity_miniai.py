@@ -222,7 +222,6 @@ def test_activations_c42_c44_hooks_context_manager():
     assert len(hooks) == 6 and len(axs[0].lines) == 6
     assert all(not m._forward_hooks for m in model.modules())
 
-@xfail('12 (h12b)', "miniai's keywords `HooksCallback(hookfunc, mod_filter=..., mods=...)` (h12b's takes AIsaac's `module_filter`, `modules`)")
 def test_activations_c46_c56_hooks_callback_histograms():
     dls = fast_dls(transform_raw, 256, 1000, 500)
     hc = HooksCallback(append_stats, mod_filter=fc.risinstance(nn.Conv2d))
@@ -517,7 +516,6 @@ def test_augment_c31_c32_show_image_batch():
     learn.show_image_batch(max_n=16, imsize=1.5)
     assert n_axes() == 16 and tuple(plt.gcf().get_size_inches()) == (6, 6)
 
-@xfail('11 (h11b)', "miniai's `capture_preds(cbs=..., inps=True)` (h11b's takes `callbacks=`)")
 def test_augment_c39_c44_capture_preds_tta():
     dls = fast_dls(transformi, 256, 1000, 500)
     learn = TrainLearner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[DeviceCB()], opt_func=optim.AdamW)

@@ -64,8 +64,12 @@ class HooksCallback(Callback):
                  module_filter=noop, # which modules to hook: a function of the module, true to hook it; default all
                  on_train:bool=True, # call `hookfunc` on training batches
                  on_valid:bool=False, # call `hookfunc` on validation batches
-                 modules:list=None): # hook these modules instead of filtering the model's
-        store_attr()
+                 modules:list=None, # hook these modules instead of filtering the model's
+                 mod_filter=None, # miniai's name for `module_filter`; wins when given
+                 mods:list=None): # miniai's name for `modules`; wins when given
+        if mod_filter is not None: module_filter = mod_filter
+        if mods is not None: modules = mods
+        store_attr('hookfunc,module_filter,on_train,on_valid,modules')
         self.hooks = Hooks([], hookfunc)
 
     def before_fit(self, trainer):

@@ -45,8 +45,10 @@ def _as_list(o): return [] if o is None else list(o) if isinstance(o, (list, tup
 @patch
 def capture_preds(self:Trainer, callbacks=None, # more callbacks for these passes
                   inps:bool=False, # also return the inputs
-                  tta=None): # a transform of the inputs, or a list of them: the predictions are averaged over the plain inputs and each
+                  tta=None, # a transform of the inputs, or a list of them: the predictions are averaged over the plain inputs and each
+                  cbs=None): # miniai's name for `callbacks`; wins when given
     "The predictions and targets (and inputs, if `inps`) of the validation set, averaged with test-time augmentation if `tta`"
+    if cbs is not None: callbacks = cbs
     preds = []
     for tfm in [None, *_as_list(tta)]:
         cp = CapturePredsCB(inps=inps and tfm is None)
