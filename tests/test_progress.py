@@ -97,3 +97,19 @@ def test_print_progress_says_how_the_fit_ended():
     out = io.StringIO()
     trainer(PrintProgressCB(file=out)).fit(2, train=False)  # validation only: still one line per epoch
     assert [l.split(' (')[0] for l in out.getvalue().splitlines()[1:3]] == ['epoch 1/2', 'epoch 2/2']
+
+class _SlowValid(Callback):
+    "Makes each epoch's validation pass take `secs` seconds"
+    def __init__(self, secs): self.secs = secs
+    def before_validate(self, trainer): __import__('time').sleep(self.secs)
+
+def test_times_column_measures_the_whole_epoch(capsys):
+    "`times=True`: a `time` column per epoch (mm:ss) that counts the validation pass too; without it, no column"
+    t = trainer(ProgressCB(bars=False, times=True), _SlowValid(1.2))
+    t.fit(2, lr=0.01)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ['epoch', 'train', 'valid', 'time']
+    assert [l.split()[-1] for l in lines[1:]] == ['00:01', '00:01']
+    assert 'time' not in t.history.metric_names  # a display column, not a metric
+    trainer(ProgressCB(bars=False)).fit(1, lr=0.01)
+    assert capsys.readouterr().out.splitlines()[0].split() == ['epoch', 'train', 'valid']

@@ -15,14 +15,16 @@ from ..callback import Callback
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
+def _fmt_time(secs): return f'{int(secs) // 60:02d}:{int(secs) % 60:02d}'
 
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, a table of each epoch's `log_metrics` row, and with `plot=True` a live loss graph"
     order, on_error = 10, 'warn'
     def __init__(self, plot:bool=False, # keep every training batch's loss and draw the losses live (in a notebook)
                  refresh:float=0.5, # seconds between two readings of the loss for the bar and the graph
-                 bars:bool=None): # draw bars; default: in a notebook or a terminal, not in a file or pipe
-        self.plot, self.refresh, self.show_bars = plot, refresh, bars
+                 bars:bool=None, # draw bars; default: in a notebook or a terminal, not in a file or pipe
+                 times:bool=False): # add a `time` column: each epoch's wall time (mm:ss), its training and validation passes
+        self.plot, self.refresh, self.show_bars, self.times = plot, refresh, bars, times
 
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar, when bars can be drawn"
@@ -31,7 +33,8 @@ class ProgressCB(Callback):
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
 
     def before_epoch(self, trainer):
-        "Wrap the loader in a bar"
+        "Note when the epoch starts (for `times`); wrap the loader in a bar"
+        if trainer.training or not trainer.do_train: self.epoch_start = time.monotonic()
         if self.bars: trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
 
     def after_batch(self, trainer):
@@ -43,7 +46,8 @@ class ProgressCB(Callback):
         if self.plot: self._redraw()
 
     def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
-        "Write the epoch's row in the table; put its validation loss on the graph"
+        "Write the epoch's row in the table (with its time, if `times`); put its validation loss on the graph"
+        if self.times: metrics = {**metrics, 'time': _fmt_time(time.monotonic() - self.epoch_start)}
         if self.header is None:
             self.header = list(metrics)
             self._write(self.header)
