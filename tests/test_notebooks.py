@@ -5,7 +5,7 @@ path runs and shows its table, its plots as images, highlighted source and the c
 tutorials and guides are saved with their outputs, and nbdev-clean keeps them.
 Needs the `docs` extra (nbclient, ipykernel, ipywidgets), which `make setup` installs.
 """
-import importlib.util, json, subprocess, sys
+import importlib.util, json, re, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +107,26 @@ def test_nbdev_clean_keeps_outputs(tmp_path):
     assert c['outputs'][0]['data'] == {'text/html': ['<table></table>'], 'image/png': 'iVBOR'}
     assert c['outputs'][0]['metadata'] == {} and c['outputs'][1]['text'] == ['<object>\n']
     assert 'language_info' not in json.loads(p.read_text())['metadata']
+
+def _text(outs):
+    "What a cell's outputs say as text: streams, plain text and HTML"
+    res = []
+    for o in outs:
+        if o['output_type'] == 'stream': res.append(''.join(o['text']))
+        for k in ('text/plain', 'text/html', 'text/markdown'): res.append(''.join(o.get('data', {}).get(k, '')))
+    return '\n'.join(res)
+
+def test_vision_tutorial_is_saved_with_its_full_data_run():
+    "The vision tutorial's saved outputs are a full-data run that reaches 92 % test accuracy within 10 minutes of training, epoch times in the table"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'vision.ipynb', as_version=4)
+    assert '(60000, 10000)' in _text(_outputs(nb, 'len(dls.train.dataset), len(dls.valid.dataset)'))  # the full data, not the sample
+    outs = _outputs(nb, "train('3. ResNet, augmentation, 10 epochs'")
+    m = re.search(r'accuracy ([\d.]+) after 10 epochs, trained in (\d+) s', _text(outs))
+    assert m, _text(outs)[-500:]
+    assert float(m[1]) >= 0.92 and int(m[2]) <= 600, m[0]
+    html = [''.join(o['data']['text/html']) for o in outs if '<table' in ''.join(o.get('data', {}).get('text/html', ''))]
+    table = re.findall(r'<tr>.*?</tr>', html[-1], re.S)
+    assert '<th>time</th>' in table[0] and len(table) == 11, table[:2]  # header and 10 epochs, each with its time
+    assert all(re.search(r'<td>\d\d:\d\d</td>', row) for row in table[1:])
+    assert 'image/png' in _mimes(_outputs(nb, 'ActivationStatsCB.plot_stats()'))
