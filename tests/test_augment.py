@@ -1,4 +1,4 @@
-"Batch transforms and tensor augmentations: where they act, exact values, fractions touched, seeds, no in-place changes."
+"Batch transforms and tensor augmentations: where they act, exact values, fractions touched, seeds; `rand_erase`/`rand_copy` in place (as miniai's), the modules on a copy."
 import pytest, torch
 import torch.nn.functional as F
 from functools import partial
@@ -110,12 +110,12 @@ def test_random_crop_sizes_modes_and_errors():
 def test_rand_erase_fraction_and_values():
     set_seed(0)
     x = torch.randn(3000, 3, 20, 20)
-    changed = (rand_erase(x, 0.25, 1) != x)
+    changed = (rand_erase(x.clone(), 0.25, 1) != x)
     per_img = changed.flatten(1).sum(1)
     assert set(per_img.tolist()) == {0, 3 * 25}  # one 5x5 box, in every channel, or nothing
     assert abs((per_img > 0).float().mean().item() - 0.5) < 0.04
     assert (changed[:, 0] == changed[:, 2]).all()
-    frac = (rand_erase(x, 0.25, 4) != x).float().mean().item()  # on average 2 boxes of 25/400 each, a few overlapping
+    frac = (rand_erase(x.clone(), 0.25, 4) != x).float().mean().item()  # on average 2 boxes of 25/400 each, a few overlapping
     assert 0.105 < frac < 0.125, frac
     out = RandErase()(x)
     assert out.min() >= x.min() and out.max() <= x.max()
@@ -130,7 +130,7 @@ def test_rand_copy_only_moves_pixels_within_an_image():
     for k in range(300): assert torch.isin(out[k], x[k]).all()
     touched = (out != x).flatten(1).any(1).float().mean().item()
     assert 0.7 < touched < 0.85, touched  # P(0 copies) = 1/5, and a copy rarely lands on itself
-    one = rand_copy(x, 0.25, 1)
+    one = rand_copy(x.clone(), 0.25, 1)
     diff = (one != x).flatten(1).sum(1)
     assert diff.max() <= 25
 
@@ -157,3 +157,17 @@ def test_unnormalize():
     torch.testing.assert_close(UnNormalize(m.tolist(), s.tolist())(n[1]), x[1])
     assert torch.equal(n, copy)  # not in place
     torch.testing.assert_close(UnNormalize(0.28, 0.35)((x - 0.28) / 0.35), x)
+
+@pytest.mark.parametrize('func,module', [(rand_erase, RandErase), (rand_copy, RandCopy)])
+def test_box_functions_work_in_place_and_modules_on_a_copy(func, module):
+    "miniai's `rand_erase(x)`/`rand_copy(x)` change `x` and return it; the modules, used by callbacks, never change their input"
+    set_seed(0)
+    x = torch.randn(64, 1, 28, 28)
+    xb = x.clone()
+    out = func(xb, 0.25, 4)
+    assert out is xb and not torch.equal(xb, x)
+    img = x[0].clone()
+    assert func(img, 0.25, 4).data_ptr() == img.data_ptr() and not torch.equal(img, x[0])  # one C x H x W image, in place too
+    before = x.clone()
+    out = module(0.25, 4)(x[:16])  # a slice of a data set, as a list of pre-made batches holds
+    assert not torch.equal(out, before[:16]) and torch.equal(x, before)

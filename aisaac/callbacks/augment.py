@@ -138,14 +138,14 @@ class RandomCrop(nn.Module):
 def rand_erase(x:torch.Tensor, # images, N x C x H x W
                pct:float=0.2, # height and width of a box, as a fraction of the image's
                max_num:int=4): # the most boxes in an image (each image draws 0 to `max_num`)
-    "Replace up to `max_num` random boxes of each image of `x` by noise with the batch's statistics"
+    "Replace up to `max_num` random boxes of each image of `x` by noise with the batch's statistics, in place; returns `x`"
     _check_pct(pct)
     n, _, h, w = x.shape
     num = _randint(n, max_num + 1, x.device)
     mask = torch.zeros(n, 1, h, w, dtype=torch.bool, device=x.device)
     for i in range(max_num): mask |= _boxes(n, h, w, int(pct * h), int(pct * w), x.device) & (num > i)[:, None, None, None]
     noise = (torch.randn_like(x) * x.std() + x.mean()).clamp(x.min(), x.max())
-    return torch.where(mask, noise, x)
+    return x.copy_(torch.where(mask, noise, x))
 
 class _BoxAugment(nn.Module):
     "The settings of `RandErase` and `RandCopy`"
@@ -159,17 +159,17 @@ class _BoxAugment(nn.Module):
 class RandErase(_BoxAugment):
     "Replace up to `max_num` random boxes of each image by noise with the batch's statistics"
     def forward(self, x): # images, N x C x H x W
-        "Erase boxes of `x`"
-        return rand_erase(x, self.pct, self.max_num)
+        "Erase boxes of a copy of `x`"
+        return rand_erase(x.clone(), self.pct, self.max_num)
 
 # %% ../../nbs/callbacks/58_augment.ipynb #74dbbad0
 @_batched
 def rand_copy(x:torch.Tensor, # images, N x C x H x W
               pct:float=0.2, # height and width of a box, as a fraction of the image's
               max_num:int=4): # the most copies in an image (each image draws 0 to `max_num`)
-    "Copy up to `max_num` random boxes of each image of `x` to other random places of the same image"
+    "Copy up to `max_num` random boxes of each image of `x` to other random places of the same image, in place; returns `x`"
     _check_pct(pct)
-    n, _, h, w = x.shape
+    orig, (n, _, h, w) = x, x.shape
     bh, bw = int(pct * h), int(pct * w)
     rows, cols = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
     num = _randint(n, max_num + 1, x.device)
@@ -178,13 +178,13 @@ def rand_copy(x:torch.Tensor, # images, N x C x H x W
         shifted = _take(x, (rows - dy + sy).clamp(0, h - 1), (cols - dx + sx).clamp(0, w - 1))  # source box moved onto the destination
         dest = ((rows >= dy) & (rows < dy + bh))[:, :, None] & ((cols >= dx) & (cols < dx + bw))[:, None, :]
         x = torch.where((dest & (num > i)[:, None, None])[:, None], shifted, x)
-    return x
+    return orig.copy_(x)
 
 class RandCopy(_BoxAugment):
     "Copy up to `max_num` random boxes of each image to other random places of the same image"
     def forward(self, x): # images, N x C x H x W
-        "Copy boxes within each image of `x`"
-        return rand_copy(x, self.pct, self.max_num)
+        "Copy boxes within each image of a copy of `x`"
+        return rand_copy(x.clone(), self.pct, self.max_num)
 
 # %% ../../nbs/callbacks/58_augment.ipynb #b269bda1
 class UnNormalize:
