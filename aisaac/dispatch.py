@@ -186,6 +186,10 @@ class CallbackMixin:
             if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]): raise
             self._run_each(plan.handlers[i+1:], {})
 
+    def has_handlers(self, event:str): # an event's name
+        "Whether any callback (or the class) handles `event` now: a callback can do a thing itself when no other does"
+        return bool(self._plan_of(event))
+
     def _run_each(self, handlers, kwargs):
         "Run `handlers` one at a time, each with the `kwargs` it names and under its callback's error policy"
         for f, names, cb, event in handlers:

@@ -7,6 +7,8 @@ import torchmetrics
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
+import pytest
+from torcheval.metrics import MulticlassAccuracy
 
 
 def dls(n=300, bs=32):
@@ -47,3 +49,55 @@ def test_metrics_are_reset_between_epochs():
 
 def test_positional_metrics_are_named_by_class():
     assert list(MetricsCB(tem.MulticlassAccuracy(), f1=tem.MulticlassF1Score()).metrics) == ['MulticlassAccuracy', 'f1']
+
+def _fit_printing(*cbs, **kw):
+    "What a 2-epoch fit prints, with `MetricsCB(**kw)` and `cbs`"
+    import contextlib, io
+    from aisaac.trainer import Trainer
+    torch.manual_seed(0)
+    x = torch.randn(96, 2); y = (x[:, 0] > 0).long()
+    b = [(x[i:i+32], y[i:i+32]) for i in range(0, 96, 32)]
+    t = Trainer(SimpleNamespace(train=b, valid=b), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(2, 2),
+                callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), **kw), *cbs])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out): t.fit(2, lr=0.1)
+    return out.getvalue().splitlines(), t
+
+def test_metrics_are_printed_when_nothing_else_shows_them():
+    "miniai's MetricsCB prints without a ProgressCB: aisaac's prints a line per epoch when no callback shows the numbers, and only then"
+    from aisaac.callbacks.progress import ProgressCB, PrintProgressCB
+    from aisaac.callbacks.loggers import ConsoleLogger, CSVLogger
+    lines, t = _fit_printing()
+    assert len(lines) == 2 and lines[1].startswith("{'epoch': 1, 'train': '") and "'acc': '" in lines[1], lines
+    assert lines[1] == str({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in
+                            {'epoch': 1, **t.MetricsCB.losses_epoch[1], **t.MetricsCB.metrics_epoch[1]}.items()})
+    assert len(_fit_printing(ProgressCB(bars=False))[0]) == 3  # the table: header and 2 rows, nothing from MetricsCB
+    assert len(_fit_printing(PrintProgressCB())[0]) == 4  # its start line, 2 epochs, its end line
+    assert len(_fit_printing(ConsoleLogger())[0]) == 2  # the logger's 2 lines only
+    assert len(_fit_printing(show=False)[0]) == 0
+    assert len(_fit_printing(ProgressCB(bars=False), show=True)[0]) == 5
+    import tempfile, os
+    with tempfile.TemporaryDirectory() as d:  # a logger that writes a file does not show anything: MetricsCB still prints
+        assert len(_fit_printing(CSVLogger(os.path.join(d, 'log.csv')))[0]) == 2
+    with pytest.raises(TypeError, match='give your metric another name'): MetricsCB(show=MulticlassAccuracy())
+
+def test_metrics_on_dict_batches_and_batches_with_extra_items():
+    "The metrics compare the predictions with the targets the loss used: a dict batch's `target_key`, a tuple's item after the inputs"
+    from aisaac.trainer import Trainer
+    torch.manual_seed(0)
+    x = torch.randn(96, 2); y = (x[:, 0] > 0).long(); w = torch.ones(96, dtype=torch.long) * 7
+    def fit(batches, step_cb):
+        torch.manual_seed(1)
+        t = Trainer(SimpleNamespace(train=batches, valid=batches), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(2, 2),
+                    callbacks=[step_cb, MetricsCB(acc=MulticlassAccuracy(), show=False)])
+        t.fit(2, lr=0.1)
+        return t.MetricsCB.metrics_epoch
+    tuples = fit([(x[i:i+32], y[i:i+32]) for i in range(0, 96, 32)], BasicTrainCB())
+    dicts = fit([{'image': x[i:i+32], 'cls': y[i:i+32], 'idx': w[i:i+32]} for i in range(0, 96, 32)], BasicTrainCB(input_keys='image', target_key='cls'))
+    assert dicts == tuples and tuples[-1]['acc'] > 0.8
+    extra = [(x[i:i+32], y[i:i+32], w[i:i+32]) for i in range(0, 96, 32)]
+    torch.manual_seed(1)  # a loss that takes (preds, y, w): the metric must see y, not w
+    t = Trainer(SimpleNamespace(train=extra, valid=extra), lambda p, y, w: nn.functional.cross_entropy(p, y), torch.optim.Adam, nn.Linear(2, 2),
+          callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False)])
+    t.fit(2, lr=0.1)
+    assert t.MetricsCB.metrics_epoch == tuples

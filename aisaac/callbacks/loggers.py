@@ -65,6 +65,7 @@ def _fmt(v): return f'{v:.6g}' if isinstance(v, float) else str(v)
 
 class ConsoleLogger(Logger):
     "Print each logged dict as a line: `epoch 2: train_loss 0.51 valid_loss 0.48 accuracy 0.83`"
+    shows_metrics = True  # it prints the epoch's numbers, so `MetricsCB` need not
     def __init__(self, per:str='epoch', # which values to print: `'epoch'`, `'batch'` or `'all'`
                  file=None): # where to print; default `sys.stdout`
         super().__init__(per)

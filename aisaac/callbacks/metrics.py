@@ -11,6 +11,7 @@ __all__ = ['MetricsCB']
 import copy
 import torch
 from ..callback import Callback
+from .train import BasicTrainCB
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
 def _check_metric(name, m):
@@ -25,9 +26,12 @@ class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size) and `metrics` on the validation set, per epoch, into `trainer.history`"
     def __init__(self, *metrics, # metrics named by their class
                  train_metrics:bool=False, # also compute the metrics on the training pass, as `train_<name>`
+                 show:bool=None, # print each epoch's row; `None`: only when no other callback shows it
                  **named_metrics): # metrics by name
-        if not isinstance(train_metrics, bool):
-            raise TypeError(f"`train_metrics` is the switch for metrics on the training pass (got {train_metrics!r}): give your metric another name")
+        for name, v in (('train_metrics', train_metrics), ('show', show)):
+            if not isinstance(v, bool) and not (name == 'show' and v is None):
+                raise TypeError(f"`{name}` is a switch of MetricsCB (got {v!r}): give your metric another name")
+        self.show = show
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
@@ -35,8 +39,9 @@ class MetricsCB(Callback):
         self._reset()
 
     def before_fit(self, trainer):
-        "Start the sums at zero"
+        "Start the sums at zero; find the training callback that says where a batch's targets are"
         self.device, self.row = None, {}
+        self._reader = next((cb.targets for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reset()
 
     def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
@@ -47,13 +52,21 @@ class MetricsCB(Callback):
 
     def after_batch(self, trainer):
         "Keep the batch's loss and size, and update the pass's metrics, all on the device"
-        targets = trainer.batch[-1]
+        targets = self._targets(trainer.batch)
         self.batch_losses.append(trainer.loss.detach())
         self.batch_sizes.append(len(targets))
         if ms := (self.train_metrics if trainer.training else self.metrics):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
             for m in ms.values(): m.update(preds, targets)
+
+    def _targets(self, b):
+        "The batch's targets: the last item of an `(x, y)` pair, else what the training callback takes as the target"
+        if isinstance(b, (tuple, list)) and (len(b) == 2 or self._reader is None): return b[-1]
+        if self._reader is None:
+            raise TypeError(f"MetricsCB cannot tell the targets in a batch of type {type(b).__name__} without `BasicTrainCB` (or a subclass) "
+                            f"among the callbacks: add `BasicTrainCB(target_key=...)`, or give (inputs, targets) tuples")
+        return self._reader(b)[0]
 
     def _to(self, device):
         self.device = device
@@ -102,3 +115,9 @@ class MetricsCB(Callback):
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
+        if self.show or (self.show is None and not self._shown(trainer)):
+            print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+
+    def _shown(self, trainer):
+        "Whether another callback shows the epoch's numbers: one that handles `log_metrics` (`ProgressCB`...), or a console logger"
+        return trainer.has_handlers('log_metrics') or any(getattr(cb, 'shows_metrics', False) for cb in trainer.cbs)

@@ -117,6 +117,11 @@ def _first_loss(self:BasicTrainCB, trainer):
         raise
     self._dl_y = trainer.dl
 
+@patch
+def targets(self:BasicTrainCB, batch): # a batch as the loader gives it
+    "The targets in `batch`, as `get_loss` gives them to the loss function: a tuple, `batch[n_inp:]` or `(batch[target_key],)`"
+    return _layout(self, batch)[2](batch)
+
 # %% ../../nbs/callbacks/40_train.ipynb #7a69a6b7
 class MomentumTrainCB(BasicTrainCB):
     "`BasicTrainCB` that keeps a fraction `momentum` of the gradients instead of zeroing them"
