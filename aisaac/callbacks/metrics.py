@@ -11,6 +11,7 @@ __all__ = ['MetricsCB']
 import copy
 import torch
 from ..callback import Callback
+from ..persist import is_main_process
 from .train import BasicTrainCB
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
@@ -115,7 +116,7 @@ class MetricsCB(Callback):
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
-        if self.show or (self.show is None and not self._shown(trainer)):
+        if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process():  # one process prints
             print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}, flush=True)
 
     def _shown(self, trainer):
