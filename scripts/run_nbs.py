@@ -51,6 +51,9 @@ def first_markdown(nb):
 # which would be saved as Jupyter widgets that the docs cannot show. fastprogress's HTML bars stay.
 KERNEL_ENV = {**os.environ, 'TQDM_DISABLE': '1', 'HF_DATASETS_DISABLE_PROGRESS_BARS': '1', 'HF_HUB_DISABLE_PROGRESS_BARS': '1'}
 KERNEL_ENV.pop('IN_TEST', None)
+# The kernel imports this checkout's aisaac, also when the environment's editable install points to another
+# checkout (a git worktree sharing one virtualenv).
+KERNEL_ENV['PYTHONPATH'] = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
 
 def directives(src):
     "The `#| ...` lines at the top of a cell as {name: value}"
@@ -85,12 +88,15 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
             km = KernelManager(kernel_name=kernel, transport='ipc', ip=os.path.join(sockets, 'kernel'))
             client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, store_widget_state=False,
                                     resources={'metadata': {'path': str(nb_path.parent)}})
-            with client.setup_kernel(env=KERNEL_ENV):
-                for i, cell in enumerate(nb.cells):
-                    if not to_run(cell, skip_slow): continue
-                    t = time.time()
-                    client.execute_cell(cell, i)
-                    if 'slow' in directives(cell.source): slow.append((i, time.time() - t))
+            try:
+                with client.setup_kernel(env=KERNEL_ENV):
+                    for i, cell in enumerate(nb.cells):
+                        if not to_run(cell, skip_slow): continue
+                        t = time.time()
+                        client.execute_cell(cell, i)
+                        if 'slow' in directives(cell.source): slow.append((i, time.time() - t))
+            finally:  # nbclient leaves a kernel it was given running: with -j and many notebooks they would pile up
+                if km.has_kernel: km.shutdown_kernel(now=True)
     except CellExecutionError as e:
         msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
         print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
