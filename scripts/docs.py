@@ -139,7 +139,12 @@ def output_md(o, asis=False):
     if 'text/markdown' in data and (asis or 'text/html' not in data):  # show_doc, and tables such as `summarize_callbacks`
         md = _text(data['text/markdown'])
         return (md if asis else f"::: {{.output}}\n{md}\n:::"), None
-    if 'text/html' in data: return f"```{{=html}}\n<div class=\"output output_html\">\n{_text(data['text/html'])}\n</div>\n```", None
+    if 'text/html' in data:
+        h, cls = _text(data['text/html']), 'output output_html'
+        if '<style' in h and '.output_html ' in h:  # IPython's `Code` (`view_source_code`): pygments' rules for the classic
+            # notebook's `.output_html`, and a bare `pre` rule, would restyle every output and code block of the page
+            h, cls = h.replace('.output_html', '.output_code').replace('<style>pre {', '<style>.output_code pre {'), 'output output_code'
+        return f"```{{=html}}\n<div class=\"{cls}\">\n{h}\n</div>\n```", None
     for mime in ('image/png', 'image/jpeg'):
         if mime in data:
             b64 = _text(data[mime]).replace('\n', '')
@@ -185,6 +190,15 @@ def rewrite_links(text, nb, pages, site_url):
         return m.group(1) + rel + (f'#{frag}' if frag else '')
     return _md_link.sub(fix, text)
 
+def merge_streams(outputs):
+    "Consecutive outputs of one stream as one (a cell that prints line by line shows one block, as Jupyter does)"
+    res = []
+    for o in outputs:
+        if o.get('output_type') == 'stream' and res and res[-1].get('output_type') == 'stream' and res[-1].get('name') == o.get('name'):
+            res[-1] = {**res[-1], 'text': _text(res[-1]['text']) + _text(o['text'])}
+        else: res.append(o)
+    return res
+
 def notebook_md(nb, pages, site_url):
     "Markdown for the processed notebook `nb` (relative to _proc/), and the problems found in its outputs"
     cells, problems, parts = cells_of(PROC/nb), [], []
@@ -199,7 +213,7 @@ def notebook_md(nb, pages, site_url):
         if opts.get('include') == 'false': continue
         if opts.get('echo') != 'false' and code.strip(): parts.append(f"```python\n{code}\n```")
         if opts.get('output') == 'false' or opts.get('eval') == 'false': continue
-        for o in c.get('outputs', []):
+        for o in merge_streams(c.get('outputs', [])):
             md, problem = output_md(o, asis=opts.get('output') == 'asis')
             if problem: problems.append(f"cell {i}: {problem}")
             if md: parts.append(md)
@@ -234,6 +248,13 @@ def pandoc_page(nb, md, page, nav, site_title, links):
     navf.unlink()
     if r.returncode: return f"pandoc failed: {r.stderr.strip()[:500]}"
     if r.stderr.strip(): return f"pandoc warned: {r.stderr.strip()[:500]}"
+    out.write_text(_table_breaks(out.read_text()))
+
+_table, _code = re.compile(r'<table.*?</table>', re.S), re.compile(r'<code>[^<]*</code>')
+def _table_breaks(page):
+    "Names in tables may break after `_` and `.`, so that a wide table (the trainer's events) fits the page"
+    brk = lambda m: re.sub(r'([_.])(?=\w)', r'\1<wbr>', m.group(0))
+    return _table.sub(lambda t: _code.sub(brk, t.group(0)), page)
 
 def render_pandoc(pages, groups, site_url, site_title):
     "All pages with pandoc into _docs/; {notebook: [problem, ...]}"
