@@ -85,12 +85,15 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
             km = KernelManager(kernel_name=kernel, transport='ipc', ip=os.path.join(sockets, 'kernel'))
             client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, store_widget_state=False,
                                     resources={'metadata': {'path': str(nb_path.parent)}})
-            with client.setup_kernel(env=KERNEL_ENV):
-                for i, cell in enumerate(nb.cells):
-                    if not to_run(cell, skip_slow): continue
-                    t = time.time()
-                    client.execute_cell(cell, i)
-                    if 'slow' in directives(cell.source): slow.append((i, time.time() - t))
+            try:
+                with client.setup_kernel(env=KERNEL_ENV):
+                    for i, cell in enumerate(nb.cells):
+                        if not to_run(cell, skip_slow): continue
+                        t = time.time()
+                        client.execute_cell(cell, i)
+                        if 'slow' in directives(cell.source): slow.append((i, time.time() - t))
+            finally:  # nbclient leaves a kernel it was given running: with -j and many notebooks they would pile up
+                if km.has_kernel: km.shutdown_kernel(now=True)
     except CellExecutionError as e:
         msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
         print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
