@@ -17,8 +17,8 @@ The check fails on
 - a notebook nbdev cannot process, a page that does not render, a page without a title;
 - a link or `#anchor` between pages that leads nowhere (links to the site's own URL included),
   and a module whose `Docs:` line names a page that does not exist;
-- a tutorial or guide with no outputs, or with a cell that should show something and shows nothing
-  (run `make docs` to execute the notebooks and save their outputs);
+- a tutorial or guide with no outputs, or any notebook with a cell that should show something and shows
+  nothing (run `make docs` to execute the notebooks and save their outputs);
 - an output the site cannot show (a Jupyter widget), or an error output;
 - a notebook that no group of SIDEBAR takes.
 """
@@ -54,7 +54,7 @@ def _order(nb):
     "Sort key within a group: FIRST, then the layer number of the file name, then the path"
     m = re.match(r'(\d+)_', Path(nb).name)
     return (FIRST.index(nb) if nb in FIRST else len(FIRST), int(m.group(1)) if m else 10**6, nb)
-OUTPUTS_REQUIRED = ('tutorials/', 'guides/')  # pages whose code must show its results
+OUTPUTS_REQUIRED = ('tutorials/', 'guides/')  # pages that must carry outputs at all; on every page, a cell that should show something must
 
 def notebooks():
     "The notebooks of the site, relative to nbs/ (nbdev skips files and folders starting with `_` or `.`)"
@@ -335,7 +335,7 @@ def check_docs_lines(site_url):
     return bad
 
 def check_outputs(nb):
-    "A tutorial or guide must show its results: problems of processed notebook `nb`"
+    "Every page's cells that should show something show it, and a tutorial or guide has outputs: problems of processed notebook `nb`"
     cells, bad, n_out = cells_of(PROC/nb), [], 0
     for i, c in enumerate(cells):
         if c['cell_type'] != 'code': continue
@@ -344,8 +344,8 @@ def check_outputs(nb):
         if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
         if not c.get('outputs') and should_show(code):
             bad.append(f"cell {i} shows nothing but ends with `{code.strip().splitlines()[-1][:60]}`")
-    if n_out == 0: return ["no outputs at all: run `make docs` to execute it and save its outputs"]
-    return bad + (["run `make docs` to execute it and save its outputs"] if bad else [])
+    if n_out == 0 and nb.startswith(OUTPUTS_REQUIRED): return ["no outputs at all: run `make docs` to execute it and save its outputs"]
+    return bad + ([f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"] if bad else [])
 
 def build(strict=True):
     "Process, render and check; return the problems as lines"
@@ -377,13 +377,12 @@ def build(strict=True):
         msg = "neither quarto nor pandoc is installed, so no page was rendered: run `make docs-tools` (Debian package `pandoc`)"
         if os.environ.get('CI'): return problems + [msg]  # CI must check the pages
         print(f"!!! docs: {msg}; the links and pages are not checked")
-        return problems + [f"{nb}: {p}" for nb in pages if nb.startswith(OUTPUTS_REQUIRED) for p in check_outputs(nb)]
+        return problems + [f"{nb}: {p}" for nb in pages for p in check_outputs(nb)]
     for nb in pages:
         page = DOCS/page_of(nb, pages[nb])
         if not page.is_file(): problems.append(f"{nb}: its page {page.relative_to(ROOT)} was not rendered")
     problems += check_links(site_url) + check_docs_lines(site_url)
-    for nb in pages:
-        if nb.startswith(OUTPUTS_REQUIRED): problems += [f"{nb}: {p}" for p in check_outputs(nb)]
+    for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb)]
     print(f">>> docs: {len(pages)} pages processed by nbdev in {t1 - t0:.1f} s, rendered by {renderer} "
           f"and checked in {time.time() - t1:.1f} s: {DOCS.relative_to(ROOT)}/index.html")
     return problems
@@ -427,4 +426,4 @@ if __name__ == '__main__':
         if problems:
             print(f"!!! docs: {len(problems)} problem(s):\n  " + '\n  '.join(problems))
             if args.command == 'check': sys.exit(1)
-        else: print(">>> docs: every page rendered; no dead link or anchor; tutorials and guides show their outputs")
+        else: print(">>> docs: every page rendered; no dead link or anchor; every page shows its outputs")

@@ -32,7 +32,7 @@ class MetricsCB(Callback):
         for name, v in (('train_metrics', train_metrics), ('show', show)):
             if not isinstance(v, bool) and not (name == 'show' and v is None):
                 raise TypeError(f"`{name}` is a switch of MetricsCB (got {v!r}): give your metric another name")
-        self.show = show
+        self.show, self._reader = show, None
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
