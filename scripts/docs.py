@@ -17,8 +17,9 @@ The check fails on
 - a notebook nbdev cannot process, a page that does not render, a page without a title;
 - a link or `#anchor` between pages that leads nowhere (links to the site's own URL included),
   and a module whose `Docs:` line names a page that does not exist;
-- a tutorial or guide with no outputs, or any notebook with a cell that should show something and shows
-  nothing (run `make docs` to execute the notebooks and save their outputs);
+- a tutorial or guide with no outputs, any notebook with a cell that should show something and shows
+  nothing, and any notebook saved without outputs although one of its cells prints, plots or shows
+  something (run `make docs NBS=nbs/<notebook>` to execute it and save its outputs);
 - an output the site cannot show (a Jupyter widget), or an error output;
 - a notebook that no group of SIDEBAR takes.
 """
@@ -157,6 +158,20 @@ def output_md(o, asis=False):
 _shows = (ast.Name, ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.Tuple, ast.List, ast.Dict, ast.Constant)
 _show_calls = ('print', 'view_source_code', 'show_batch', 'summarize_callbacks', 'show_doc', 'display', 'plot',
                'imshow', 'show_image', 'show_images', 'plot_stats', 'color_dim', 'dead_chart', 'plot_lr_find')
+
+def _call_name(node):
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ''
+
+def shown_by(src):
+    "The line of the code `src` that displays something, or None: its last line when it ends with an expression that shows, or a call to print, display, a show or plot function (not inside a def or class); `show_doc` aside (nbdev redoes those)"
+    if should_show(src) and not src.lstrip().startswith('show_doc('): return src.strip().splitlines()[-1]
+    try: tree = ast.parse(src)
+    except SyntaxError: return None
+    calls = (n for st in tree.body if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in ast.walk(st)
+             if isinstance(n, ast.Call) and _call_name(n) != 'show_doc' and (_call_name(n) in _show_calls or _call_name(n).startswith(('show_', 'plot'))))
+    n = next(calls, None)
+    return src.splitlines()[n.lineno - 1].strip() if n else None
 
 def should_show(src):
     "Whether the code `src` ends with an expression that displays something"
@@ -335,7 +350,7 @@ def check_docs_lines(site_url):
     return bad
 
 def check_outputs(nb):
-    "Every page's cells that should show something show it, and a tutorial or guide has outputs: problems of processed notebook `nb`"
+    "Every page's cells that should show something show it, a tutorial or guide has outputs, and so has any notebook that shows something: problems of notebook `nb`"
     cells, bad, n_out = cells_of(PROC/nb), [], 0
     for i, c in enumerate(cells):
         if c['cell_type'] != 'code': continue
@@ -344,8 +359,21 @@ def check_outputs(nb):
         if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
         if not c.get('outputs') and should_show(code):
             bad.append(f"cell {i} shows nothing but ends with `{code.strip().splitlines()[-1][:60]}`")
-    if n_out == 0 and nb.startswith(OUTPUTS_REQUIRED): return ["no outputs at all: run `make docs` to execute it and save its outputs"]
-    return bad + ([f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"] if bad else [])
+    if n_out == 0 and nb.startswith(OUTPUTS_REQUIRED): return [f"no outputs at all: run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
+    return bad + [f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"] if bad else check_saved_outputs(nb)
+
+def check_saved_outputs(nb):
+    "A notebook with a cell that prints, plots or shows something is saved with outputs (`show_doc` aside: nbdev redoes those)"
+    cells = cells_of(NBS/nb)
+    if any(c.get('outputs') for c in cells if c['cell_type'] == 'code'): return []
+    for i, c in enumerate(cells):
+        if c['cell_type'] != 'code': continue
+        opts, code = directives(_text(c['source']))
+        if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
+        if line := shown_by(code):
+            return [f"saved without outputs, though cell {i} shows something (`{line[:60]}`), so its page shows none: "
+                    f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
+    return []
 
 def build(strict=True):
     "Process, render and check; return the problems as lines"

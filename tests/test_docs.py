@@ -2,7 +2,7 @@
 
 The rules and the walk are in scripts/doc_coverage.py, which also lists the problems and adds missing
 `show_doc` cells (`--fix`)."""
-import importlib.util
+import importlib.util, json
 from pathlib import Path
 
 import pytest
@@ -40,3 +40,24 @@ def test_a_gap_is_reported(monkeypatch):
     monkeypatch.setattr(DeviceCB, 'after_loss', after_loss, raising=False)
     msgs = [m for _, q, w, m in dc.problems() if q == 'DeviceCB.after_loss' and w == 'params']
     assert len(msgs) == 1 and "['scale']" in msgs[0], msgs
+
+_dspec = importlib.util.spec_from_file_location('docs_site', ROOT/'scripts'/'docs.py')
+docs_site = importlib.util.module_from_spec(_dspec); _dspec.loader.exec_module(docs_site)
+
+def test_notebooks_that_show_something_are_saved_with_outputs():
+    "What the docs pages show: every notebook with a cell that prints, plots or shows something carries outputs (`make docs`)"
+    bad = [f"{nb}: {p}" for nb in docs_site.notebooks() for p in docs_site.check_saved_outputs(nb)]
+    assert not bad, '\n'.join(bad)
+
+def test_a_notebook_saved_without_outputs_is_reported(tmp_path, monkeypatch):
+    "The check names the notebook, the cell and the command that saves its outputs; show_doc cells and bare tests do not count"
+    code = lambda src: {'cell_type': 'code', 'source': src, 'outputs': [], 'metadata': {}, 'execution_count': None}
+    nb = {'cells': [code('show_doc(Trainer)'), code('test_eq(1, 1)'), code('def f(): print(1)'), code('ax = plot_func(torch.tanh)\ntest_eq(1, 1)')]}
+    (tmp_path/'x.ipynb').write_text(json.dumps(nb))
+    monkeypatch.setattr(docs_site, 'NBS', tmp_path)
+    assert docs_site.check_saved_outputs('x.ipynb') == [
+        "saved without outputs, though cell 3 shows something (`ax = plot_func(torch.tanh)`), so its page shows none: "
+        "run `make docs NBS=nbs/x.ipynb` to execute it and save its outputs"]
+    nb['cells'].pop()
+    (tmp_path/'x.ipynb').write_text(json.dumps(nb))
+    assert docs_site.check_saved_outputs('x.ipynb') == []
