@@ -130,7 +130,7 @@ class LRFinderCB(Callback):
     def plot(self):
         "The loss against the LR on a log axis, smoothed, with the suggested LR marked"
         lrs, losses, smooth = self.curve
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = plt.subplots(figsize=(6, 3.5), layout='constrained')  # the axis labels stay inside the figure when saved
         ax.plot(lrs, losses, color='C0', alpha=0.35, label='training loss')
         ax.plot(lrs, smooth, color='C0', label='smoothed (5 points)')
         if (lr := self.suggestion) is not None:
