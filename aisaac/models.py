@@ -20,8 +20,10 @@ def conv(ni:int, # input channels
          stride:int=2, # stride: 2 halves the height and width
          act=nn.ReLU, # activation class, called with no argument; `None` for none
          norm=None, # normalisation class, called with `nf`, e.g. `nn.BatchNorm2d`; `None` for none
-         bias:bool=None): # give the convolution a bias; `None`: only when no batchnorm follows
+         bias:bool=None, # give the convolution a bias; `None`: only when no batchnorm follows
+         kernel_size:int=None): # AIsaac's name for `ks`; wins when given
     "A `Conv2d` with `ks//2` padding, then `norm(nf)` and `act()` when given, as an `nn.Sequential`"
+    if kernel_size is not None: ks = kernel_size
     after = [norm(nf)] if norm else []
     if bias is None: bias = not (after and isinstance(after[0], _mean_free_norms))
     if act: after.append(act())

@@ -26,6 +26,13 @@ def test_conv_layers_and_explicit_bias():
     assert conv(1, 8, bias=False)[0].bias is None
     assert conv(1, 8, norm=False)[0].bias is not None  # AIsaac passes `norm=False` for "none"
 
+def test_conv_takes_aisaacs_kernel_size_keyword():
+    "AIsaac's `conv(ni, nf, kernel_size=3, ...)`: the same layer as `ks=`, padded to keep the size at stride 1"
+    c = conv(8, 8, kernel_size=5, stride=1)
+    assert c[0].kernel_size == (5, 5) and c[0].padding == (2, 2)
+    assert c(torch.randn(2, 8, 28, 28)).shape == (2, 8, 28, 28)
+    assert conv(8, 8, 5)[0].kernel_size == (5, 5)  # positionally, the third argument in both libraries
+
 def test_conv_bias_gets_no_gradient_under_batchnorm():
     torch.manual_seed(0)
     c = conv(2, 4, norm=nn.BatchNorm2d, bias=True)
