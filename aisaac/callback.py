@@ -14,9 +14,19 @@ import collections.abc, functools, inspect, os, traceback
 # %% ../nbs/10_callback.ipynb #734d67a2
 class Callback:
     "Optional base class of callbacks: hooks are methods named after events, taking the trainer"
-    order = 0     # callbacks run sorted by `order`
-    core = False  # library callbacks that implement the loop run first among equal `order`
+    order = 0        # callbacks run sorted by `order`
+    core = False     # library callbacks that implement the loop run first among equal `order`
+    runs_on = 'all'  # in a distributed run: on 'all' processes, the 'main' one only, or 'collective' (talks to the other processes)
     def __repr__(self): return f'{type(self).__name__}()'
+
+    def state_dict(self):
+        "The callback's state, for checkpoints: none, `{}`, unless a subclass keeps one"
+        return {}
+
+    def load_state_dict(self, state:dict): # as `state_dict` made it
+        "Load `state`; a callback without a `load_state_dict` of its own accepts only the empty state"
+        if state: raise NotImplementedError(f"{type(self).__name__} cannot load the state {list(state)}: it has no `load_state_dict` of "
+                                            f"its own. Define one that restores what its `state_dict` returns.")
 
 # %% ../nbs/10_callback.ipynb #dc0c912d
 class CancelException(Exception):         "Base of the exceptions that cancel part of the loop; never reported as errors"
@@ -170,6 +180,7 @@ class _Around:
 
 # %% ../nbs/10_callback.ipynb #e2457782
 _policies = ('raise', 'warn', 'ignore')
+_roles = ('all', 'main', 'collective')
 
 def _check_callback(cb):
     if isinstance(cb, type):
@@ -181,6 +192,12 @@ def _check_callback(cb):
                         f"or make a group, an object whose `callbacks` attribute lists its members")
     if (policy := getattr(cb, 'on_error', 'raise')) not in _policies:
         raise ValueError(f"{type(cb).__name__}.on_error is {policy!r}, which is no error policy: use 'raise' (the default), 'warn' or 'ignore'")
+    if (role := getattr(cb, 'runs_on', 'all')) not in _roles:
+        raise ValueError(f"{type(cb).__name__}.runs_on is {role!r}: use 'all' (every process, the default), 'main' (the main process only) "
+                         f"or 'collective' (every process, at the same point)")
+    if role == 'collective' and policy != 'raise':
+        raise ValueError(f"{type(cb).__name__} is collective (runs_on='collective'), so its on_error must be 'raise': switched off on one "
+                         f"process after an error, it would leave the others waiting for it")
 
 def _listify(o, what='callbacks'):
     "The callbacks in `o`: none for `None`; the items of a list, tuple, fastcore `L`, generator or other ordered iterable; else `o` itself"

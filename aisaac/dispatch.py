@@ -87,6 +87,7 @@ class CallbackMixin:
     own_events = ()       # events a method of the class itself may handle (the most derived one), before the callbacks of order 0
     runtime_attrs = ()    # attributes the class sets while it runs: no callback may take their name
     required_events = ()  # events that need a handler of their own: when none has one, `self._missing(event)` stands in (and raises)
+    setup_events = ()     # events where a callback with `must_start = True` fails the owner whatever its `on_error` (a logger that cannot start)
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._entries, self._table, self._seq, self.cbs = {}, {}, itertools.count(), []
@@ -238,6 +239,7 @@ def _blame(e, owner, cb, event):
 def _failed(self:CallbackMixin, e, event, cb):
     "Handle the exception `e` of `cb`'s `event` handler by its `on_error` policy; `True` if it must propagate"
     policy = getattr(cb, 'on_error', 'raise')
+    if getattr(cb, 'must_start', False) and event in type(self).setup_events: policy = 'raise'  # a logger that cannot start
     if policy == 'ignore': return False
     where = (f"{_name_of(self, cb)}.{event} (order {getattr(cb, 'order', 0)}), "
              f"epoch {getattr(self, 'epoch', None)}, batch {getattr(self, 'batch_num', None)}")
@@ -326,8 +328,9 @@ CallbackMixin.__init_subclass__ = classmethod(_init_subclass)
 # %% ../nbs/11_dispatch.ipynb #0c3c4fa9
 @patch
 def callbacks_state_dict(self:CallbackMixin):
-    "The `state_dict()` of each callback that has one, by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
-    return {e.name: e.cb.state_dict() for e in self._entries.values() if callable(getattr(e.cb, 'state_dict', None))}
+    "The `state_dict()` of each callback that keeps a state (not the empty one), by its name on the trainer (`MetricsCB`, `MetricsCB_1`...)"
+    states = ((e.name, e.cb.state_dict()) for e in self._entries.values() if callable(getattr(e.cb, 'state_dict', None)))
+    return {name: s for name, s in states if not (isinstance(s, dict) and not s)}
 
 @patch
 def load_callbacks_state_dict(self:CallbackMixin, state:dict): # from `callbacks_state_dict`

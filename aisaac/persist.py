@@ -6,13 +6,14 @@ Docs: https://aisaac-dev.github.io/aisaac/persist.html.md"""
 
 # %% auto #0
 __all__ = ['fsync_dir', 'atomic_write', 'atomic_save', 'rng_state', 'set_rng_state', 'CheckpointError', 'CheckpointEngine',
-           'is_main_process', 'wait_for_everyone', 'unwrap_model']
+           'unwrap_model']
 
 # %% ../nbs/21_persist.ipynb #2c4c567c
 import io, os, pickle, random, secrets
 from pathlib import Path
 import numpy as np
 import torch
+from .utils import is_main_process, wait_for_everyone
 from .callback import with_cbs
 from .dispatch import CallbackMixin
 
@@ -116,16 +117,6 @@ class CheckpointEngine(CallbackMixin):
         return _torch_load(path)
 
 # %% ../nbs/21_persist.ipynb #6d89b543
-def is_main_process():
-    "Whether this is the process that writes files: rank 0 of a distributed run, or the only process"
-    import torch.distributed as dist
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-def wait_for_everyone():
-    "Wait until every process of a distributed run gets here (nothing to wait for in a single process)"
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized(): dist.barrier()
-
 def unwrap_model(model:torch.nn.Module): # a model, maybe wrapped by `DistributedDataParallel`, `DataParallel` or `torch.compile`
     "The module inside the wrappers of `model`"
     while True:

@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
                              CancelFitException, CancelStepException, with_cbs)
 from .dispatch import CallbackMixin, _handler, _name_of
+from .utils import is_main_process
 from .history import RunHistory
 
 # %% ../nbs/20_trainer.ipynb #a7149a36
@@ -58,6 +59,7 @@ class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback"
     own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')  # a subclass's methods of these names are their handlers
     required_events = ('predict', 'get_loss', 'backward', 'step')  # with no handler, the step raises when it would run
+    setup_events = ('before_fit',)  # a logger (`must_start`) that fails here stops the fit, whatever its `on_error`
     nonfinite_loss = 'raise'  # a NaN or infinite training loss at the end of an epoch: 'raise', 'warn', or None to go on
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`
@@ -86,6 +88,7 @@ class Trainer(CallbackMixin):
         added = self.add_callbacks(callbacks) + self.add_callbacks(extra)
         try:
             self._check_steps(train)
+            self._switch_off_main_only()
             self.n_epochs, self.epochs, self.lr = n_epochs, range(n_epochs), lr
             self.do_train, self.do_valid = train, valid
             self.opt = self.opt_func(self.model.parameters(), lr=lr)
@@ -184,6 +187,18 @@ def _check_steps(self:Trainer, train):
         if len(names := self._core_handlers(event)) > 1:  # (a callback that only watches is no core one)
             raise RuntimeError(f"`{event}` has {len(names)} handlers ({', '.join(f'{n}.{event}' for n in names)}), so each batch would "
                                f"{_steps_do[event][1]}: keep one (to change one step of BasicTrainCB, subclass it and override that method)")
+
+def _runs_on(cb):
+    "Where `cb` runs in a distributed run: its `runs_on`, or 'main' for the older `main_process_only = True`"
+    return 'main' if getattr(cb, 'main_process_only', False) is True else getattr(cb, 'runs_on', 'all')
+
+@patch
+def _switch_off_main_only(self:Trainer):
+    "On the processes of a distributed run but the main one, switch off for this fit the callbacks that run on the main one only"
+    if is_main_process(): return
+    if off := [id(cb) for cb in self.cbs if _runs_on(cb) == 'main']:
+        self._disabled.update(off)
+        self._changed()
 
 @patch
 def _check_loss(self:Trainer):

@@ -3,7 +3,8 @@
     torchrun --standalone --nproc_per_node N accel_run.py OUT N_TRAIN N_VALID EPOCHS
 
 Each process writes OUT/result_<rank>.pt (its weights and buffers, history, fit time) and OUT/stdout_<rank>.txt (what it printed);
-the main process alone writes the checkpoints in OUT/ckpt and the log OUT/log.txt; OUT/writes_<rank>.txt lists the files each
+the main process alone writes the checkpoints in OUT/ckpt, the log OUT/log.txt and its loggers' files OUT/epochs_0.csv and
+OUT/log_0.jsonl (each process would name its own: none but rank 0 may make one); OUT/writes_<rank>.txt lists the files each
 process's checkpoint engine wrote.
 """
 import os, sys, time
@@ -21,6 +22,7 @@ from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.progress import ProgressCB
 from aisaac.callbacks.savers import CheckpointCB
 from aisaac.callbacks.accel import AccelerateCB
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
 
 def data(n_train, n_valid, bs=32):
     "Shuffled training and plain validation `DataLoader`s over a Fashion-MNIST sample"
@@ -53,7 +55,8 @@ if __name__ == '__main__':
     set_seed(0)
     trainer = Trainer(data(n_train, n_valid), nn.CrossEntropyLoss(), torch.optim.Adam, make_model(),
                       callbacks=[AccelerateCB(), MetricsCB(acc=MulticlassAccuracy()), ProgressCB(bars=False),
-                                 CheckpointCB(out/'ckpt'), LogFile(out/'log.txt')])
+                                 CheckpointCB(out/'ckpt'), LogFile(out/'log.txt'),
+                                 CSVLogger(out/f'epochs_{rank}.csv'), JSONLinesLogger(out/f'log_{rank}.jsonl')])  # per-rank paths
     trainer.checkpoint_engine.add_callbacks(RecordWrites(out/f'writes_{rank}.txt'))
     start = time.perf_counter()
     trainer.fit(epochs, lr=2e-3)

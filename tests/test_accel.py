@@ -57,3 +57,9 @@ def test_only_the_main_process_writes_checkpoints_and_logs(two):
     assert printed[0].split() == ['epoch', 'train', 'valid', 'acc'] and len(printed) == 3
     assert (out/'stdout_1.txt').read_text() == ''
     assert not list(out.rglob('.*.tmp'))
+
+def test_loggers_make_no_file_on_the_other_processes(two):
+    "Loggers run on the main process only: switched off on rank 1 before any `before_fit`, so rank 1 never makes its file"
+    out, _ = two
+    assert (out/'epochs_0.csv').exists() and (out/'log_0.jsonl').exists()
+    assert not (out/'epochs_1.csv').exists() and not (out/'log_1.jsonl').exists()

@@ -98,11 +98,33 @@ def test_files_are_flushed_each_epoch_and_a_crashed_run_keeps_its_log(tmp_path, 
     with pytest.raises(RuntimeError, match='boom'): fit(lg, probe, FailAt(2))
     assert probe.seen == [1, 2] and count() == 2
 
-def test_a_logger_that_cannot_write_warns_and_the_fit_completes(tmp_path):
+class Weights(Callback):
+    "Keeps a copy of the weights before the fit and counts the training batches"
+    order = -100
+    def before_fit(self, t): self.before, self.batches = t.model.weight.detach().clone(), 0
+    def after_batch(self, t): self.batches += t.training
+
+def test_a_logger_that_cannot_start_stops_the_fit_before_the_first_batch(tmp_path):
+    "Its error is raised from `before_fit`, whatever its on_error: no batch ran, the weights are as they were"
     (tmp_path/'file').write_text('')
-    with pytest.warns(UserWarning, match=r"CSVLogger.before_fit .* the callback is disabled"):
-        t = fit(CSVLogger(tmp_path/'file'/'m.csv'))
-    assert len(t.history.get_metric_values('valid_loss')) == 3
+    w = Weights()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no warn-and-go-on
+        with pytest.raises(FileExistsError) as e: fit(CSVLogger(tmp_path/'file'/'m.csv'), w)
+    assert any('CSVLogger.before_fit' in n for n in e.value.__notes__)
+    assert w.batches == 0
+
+def test_mlflow_refusing_its_tracking_uri_stops_the_fit_at_set_up(tmp_path, monkeypatch):
+    "MLflow 3 refuses a file: store; the run must not train unlogged"
+    pytest.importorskip('mlflow')
+    monkeypatch.delenv('MLFLOW_ALLOW_FILE_STORE', raising=False)
+    w = Weights()
+    with pytest.raises(Exception, match='filesystem tracking backend') as e:
+        fit(MLflowLogger(tracking_uri=f'file://{tmp_path}/mlruns'), w)
+    assert any('MLflowLogger.before_fit' in n for n in e.value.__notes__)
+    assert w.batches == 0
+
+def test_a_logger_that_fails_later_warns_and_the_fit_completes(tmp_path):
     class Breaks(Callback):  # the log file goes away in the middle of the run
         order = 30
         def after_epoch(self, t):
@@ -211,7 +233,9 @@ def test_results_file_is_flushed_each_epoch_and_ends_a_failed_run(tmp_path):
     recs = [json.loads(l) for l in open(path)]
     assert [r['event'] for r in recs].count('run_start') == 2 and len({r['run'] for r in recs}) == 2
 
-def test_results_file_that_cannot_be_written_warns(tmp_path):
+def test_results_file_that_cannot_be_made_stops_the_fit_at_set_up(tmp_path):
+    "A benchmark run whose results file cannot be made would train for nothing: its error stops the fit before the first batch"
     (tmp_path/'file').write_text('')
-    with pytest.warns(UserWarning, match="ResultsFileCB"): t = fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'))
-    assert len(t.history.get_metric_values('valid_loss')) == 3
+    w = Weights()
+    with pytest.raises(FileExistsError) as e: fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'), w)
+    assert any('ResultsFileCB.before_fit' in n for n in e.value.__notes__) and w.batches == 0

@@ -328,3 +328,15 @@ def test_exception_note_in_every_kind_of_event(event):
     cb = type('Boom', (Callback,), {event: lambda self, trainer: (_ for _ in ()).throw(ValueError('boom'))})()
     with pytest.raises(ValueError) as info: make_trainer([cb]).fit(1)
     assert any('Boom' in n and event in n for n in getattr(info.value, '__notes__', [])), getattr(info.value, '__notes__', None)
+
+def test_every_callback_has_an_empty_state_by_default():
+    "A callback without state gives `{}` and accepts `{}`; checkpoints leave such callbacks out"
+    class Quiet(Callback):
+        def before_fit(self, t): pass
+    cb = Quiet()
+    assert cb.state_dict() == {}
+    cb.load_state_dict({})
+    with pytest.raises(NotImplementedError, match=r"Quiet cannot load the state \['x'\]"): cb.load_state_dict({'x': 1})
+    t = make_trainer([cb])
+    assert 'Quiet' not in t.callbacks_state_dict()
+    t.load_callbacks_state_dict({'Quiet': {}})

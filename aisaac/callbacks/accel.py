@@ -23,7 +23,7 @@ class AccelerateCB(BasicTrainCB):
     "Train with Hugging Face Accelerate (processes, GPUs, mixed precision); metrics count every process's samples once"
     order = DeviceCB.order + 1  # after DeviceCB has moved the model
     def __init__(self, mixed_precision:str=None, # 'no', 'fp16', 'bf16' or 'fp8'; `None`: Accelerate's configuration, else 'no'
-                 main_only=('ProgressCB', 'Logger'), # names of callback classes (or their bases) that run on the main process only
+                 main_only=(), # names of callback classes (or their bases) that run on the main process only, besides those with `runs_on='main'`
                  **accelerator_kwargs): # for `accelerate.Accelerator`: `gradient_accumulation_steps`, `cpu`, `kwargs_handlers`...
         if 'cpu' not in accelerator_kwargs and not torch.cuda.is_available() and int(os.environ.get('WORLD_SIZE', '1')) > 1:
             accelerator_kwargs['cpu'] = True  # several processes without a GPU: Accelerate's multi-CPU mode (gloo)
@@ -35,11 +35,16 @@ class AccelerateCB(BasicTrainCB):
             self.acc = accelerate.Accelerator(mixed_precision=mixed_precision, **accelerator_kwargs)
         self.main_only, self.originals = tuple(main_only), None
 
-    def _main_only(self, cb):
-        return getattr(cb, 'main_process_only', False) is True or any(c.__name__ in self.main_only for c in type(cb).__mro__)
+    def around_fit(self, trainer):
+        "On the processes but the main one, switch off for the fit the callbacks named in `main_only`, before any of them runs"
+        if self.main_only and not self.acc.is_main_process:
+            off = [id(cb) for cb in trainer.cbs if any(c.__name__ in self.main_only for c in type(cb).__mro__)]
+            trainer._disabled.update(off)  # the trainer switches them on again when the fit ends
+            trainer._changed()
+        yield
 
     def before_fit(self, trainer):
-        "Prepare the model, optimizer and loaders; on the other processes, switch off the callbacks that print, log or write"
+        "Prepare the model, optimizer and loaders"
         acc, dls = self.acc, trainer.dls
         if others := [type(cb).__name__ for cb in trainer.cbs if isinstance(cb, BasicTrainCB) and cb is not self]:
             raise TypeError(f"AccelerateCB does the training steps itself (it is a BasicTrainCB whose backward goes through Accelerate): "
@@ -51,9 +56,6 @@ class AccelerateCB(BasicTrainCB):
         trainer.model, trainer.opt, dls.train, dls.valid = acc.prepare(trainer.model, trainer.opt, dls.train, dls.valid)
         for cb in trainer.cbs:
             if isinstance(cb, DeviceCB): cb.device = acc.device  # this process's device
-        if not acc.is_main_process:
-            trainer._disabled.update(id(cb) for cb in trainer.cbs if self._main_only(cb))  # until the fit ends
-            trainer._changed()
 
     def before_validate(self, trainer):
         "Give every process the main process's buffers (batch norm statistics), so that all evaluate the same model"

@@ -17,8 +17,8 @@ from ..callback import Callback
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #3f8e64d7
 class Logger(Callback):
-    "Base of the loggers: writes what `trainer.log` sends; a logger that fails warns and is switched off, the run goes on"
-    order, on_error = 20, 'warn'
+    "Base of the loggers: writes what `trainer.log` sends; one that cannot start stops the fit, one that fails later warns and is switched off"
+    order, on_error, must_start, runs_on = 20, 'warn', True, 'main'
     def __init__(self, per:str='epoch'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         if per not in ('epoch', 'batch', 'all'): raise ValueError(f"`per` must be 'epoch', 'batch' or 'all' (got {per!r})")
         self.per, self._last = per, {}

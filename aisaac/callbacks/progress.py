@@ -19,7 +19,7 @@ def _fmt_time(secs): return f'{int(secs) // 60:02d}:{int(secs) % 60:02d}'
 
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, a table of each epoch's `log_metrics` row, and with `plot=True` a live loss graph"
-    order, on_error = 10, 'warn'
+    order, on_error, runs_on = 10, 'warn', 'main'
     def __init__(self, plot:bool=False, # keep every training batch's loss and draw the losses live (in a notebook)
                  refresh:float=0.5, # seconds between two readings of the loss for the bar and the graph
                  bars:bool=None, # draw bars; default: in a notebook or a terminal, not in a file or pipe
@@ -99,7 +99,7 @@ class ProgressCB(Callback):
 # %% ../../nbs/callbacks/42_progress.ipynb #941e2d77
 class PrintProgressCB(Callback):
     "Print a line at the start of the fit, one per epoch (its time and `log_metrics` row), and one at the end"
-    order, on_error = 10, 'warn'
+    order, on_error, runs_on = 10, 'warn', 'main'
     def __init__(self, file=None): # where to print; default `sys.stdout`
         self.file = file
 
