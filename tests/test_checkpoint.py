@@ -256,13 +256,13 @@ def test_checkpoint_cb_removes_the_temporary_files_of_dead_processes(tmp_path):
     assert not stale.exists() and live.exists()
 
 class Scores(Callback):
-    "Reports `values[epoch]` as the epoch's `valid_loss`; `stop_at`: cancel the fit after that epoch, `interrupt_at`: Ctrl-C"
+    "Records `values[epoch]` as the epoch's `valid_loss` in the history; `stop_at`: cancel the fit after that epoch, `interrupt_at`: Ctrl-C"
     order = -1
     def __init__(self, values, stop_at=None, interrupt_at=None): self.values, self.stop_at, self.interrupt_at = values, stop_at, interrupt_at
     def before_fit(self, trainer): self.weights = []
     def after_validate(self, trainer):
         self.weights.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
-        trainer.log({'valid_loss': self.values[trainer.epoch]}, per='epoch')
+        trainer.history.update_metric('valid_loss', self.values[trainer.epoch], step=trainer.epoch)
         if trainer.epoch == self.interrupt_at: raise KeyboardInterrupt()
         if trainer.epoch == self.stop_at: raise CancelFitException()
 
@@ -293,3 +293,30 @@ def test_save_best_model_keeps_its_best_score_through_a_resume(tmp_path):
     assert (t.SaveBestModelCB.best, t.SaveBestModelCB.best_epoch) == (0.2, 1)
     assert_same(t.model.state_dict(), weights[1])
     assert_same(torch.load(tmp_path/'best.pt', weights_only=True), weights[1])
+
+# ---------------------------------------------------------------- SaveBestModelCB watches the run history
+def test_save_best_model_without_anything_that_records_its_metric_is_an_error_after_the_first_epoch(tmp_path):
+    "No MetricsCB: before, it trained the whole run and saved nothing; now the first epoch's end names the metrics that exist"
+    t = scored_trainer([SaveBestModelCB(tmp_path/'best.pt')])
+    with pytest.raises(ValueError, match=r"SaveBestModelCB watches 'valid_loss', which was not recorded in trainer.history in epoch 0") as e:
+        t.fit(4)
+    assert t.epoch == 0 and not (tmp_path/'best.pt').exists()
+
+def test_save_best_model_sees_a_metric_that_another_callback_records_in_the_history(tmp_path):
+    "pytorch-accelerated's semantics: whoever records the metric, SaveBestModelCB reads it at the end of the epoch"
+    class Score(Callback):  # records a score of its own, never sent through `trainer.log`
+        def __init__(self, values): self.values = values
+        def cleanup_validate(self, t): t.history.update_metric('score', self.values[t.epoch], step=t.epoch)
+    t = make_trainer(callbacks=[SaveBestModelCB(tmp_path/'best.pt', watch_metric='score', greater_is_better=True), Score([0.1, 0.7, 0.4])])
+    t.fit(3)
+    assert (t.SaveBestModelCB.best, t.SaveBestModelCB.best_epoch) == (0.7, 1) and (tmp_path/'best.pt').exists()
+
+def test_save_best_model_leaves_the_best_model_alone_in_a_validation_only_fit(tmp_path):
+    "`capture_preds`-like fits (`train=False`) neither save nor load the best weights"
+    t = make_trainer(callbacks=[keep := SaveBestModelCB(tmp_path/'best.pt', reset_on_train=False)])
+    t.fit(2)
+    best, mtime = keep.best, (tmp_path/'best.pt').stat().st_mtime_ns
+    with torch.no_grad(): t.model[0].weight.add_(1.)
+    w = t.model[0].weight.detach().clone()
+    t.fit(1, train=False)
+    assert keep.best == best and (tmp_path/'best.pt').stat().st_mtime_ns == mtime and torch.equal(t.model[0].weight, w)

@@ -11,6 +11,7 @@ __all__ = ['checkpoints', 'last_checkpoint', 'CheckpointCB', 'SaveBestModelCB']
 import math, os, re
 from pathlib import Path
 import torch
+from ..history import MetricWatch
 from ..callback import Callback
 from ..persist import atomic_save, is_main_process, unwrap_model, wait_for_everyone
 import aisaac.checkpoint  # trainer.save_checkpoint and trainer.resume_point
@@ -48,7 +49,7 @@ def _check_every(name, n):
 class CheckpointCB(Callback):
     "Save a checkpoint in `dir` every `every_n_epochs` epochs and every `every_n_batches` training batches, keeping the `keep_last` newest"
     order = 100  # after the other `checkpoint` handlers: the checkpoint holds their work
-    main_process_only = True  # in a distributed run only the main process writes (`AccelerateCB`)
+    runs_on = 'main'  # in a distributed run only the main process writes
     def __init__(self, dir='checkpoints', # the folder of the checkpoints, made if needed
                  every_n_epochs:int=1, # save at the end of every n-th epoch (`None`: never at an epoch's end)
                  every_n_batches:int=None, # also save after every n-th training batch of each epoch
@@ -78,32 +79,36 @@ class CheckpointCB(Callback):
 class SaveBestModelCB(Callback):
     "Save the model's weights to `path` whenever `watch_metric` improves, and load the best weights back at the end of the fit"
     def __init__(self, path='best_model.pt', # the file of the best weights (a `state_dict`)
-                 watch_metric:str='valid_loss', # a per-epoch metric of the run history (`MetricsCB` writes `train_loss`, `valid_loss` and its metrics)
+                 watch_metric:str='valid_loss', # a per-epoch metric of the run history (`MetricsCB` records `train_loss`, `valid_loss` and its metrics)
                  greater_is_better:bool=False, # whether a larger value is better (accuracy) or a smaller one (a loss)
                  reset_on_train:bool=True): # forget the best score of earlier fits when a fit starts
+        self.watch = MetricWatch(watch_metric, 'SaveBestModelCB')
         self.path, self.watch_metric, self.greater_is_better, self.reset_on_train = Path(path), watch_metric, greater_is_better, reset_on_train
-        self.best, self.best_epoch = None, None
+        self.best, self.best_epoch, self.active = None, None, False
 
     def before_fit(self, trainer):
-        "Forget the best score of earlier fits (with `reset_on_train`)"
+        "Watch the metric in fits that train; forget the best score of earlier fits (with `reset_on_train`)"
+        self.active = trainer.do_train
+        if not self.active: return
         if self.reset_on_train: self.best, self.best_epoch = None, None
-        self.seen = False
+        self.watch.start(trainer.history)
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            per:str): # `'epoch'` or `'batch'`
-        "When an epoch's metrics are reported, save the weights if the watched one improved"
-        if per != 'epoch': return
-        if self.watch_metric not in metrics:
-            raise KeyError(f"SaveBestModelCB watches {self.watch_metric!r}, which this epoch's metrics lack (they are {list(metrics)}): "
-                           f"pass one of those as `watch_metric`")
-        self.seen, value = True, float(metrics[self.watch_metric])
-        if math.isnan(value) or not (self.best is None or (value > self.best if self.greater_is_better else value < self.best)): return
+    def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
+        "At the end of each epoch, read the watched metric from the history and save the weights if it improved"
+        if at == 'epoch' and self.active: self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch))
+
+    def _consider(self, trainer, value):
+        "Save the weights if `value` beats the best so far"
+        if value is None or math.isnan(value := float(value)): return
+        if not (self.best is None or (value > self.best if self.greater_is_better else value < self.best)): return
         self.best, self.best_epoch = value, trainer.epoch
         if is_main_process(): atomic_save(unwrap_model(trainer.model).state_dict(), self.path)
 
     def cleanup_fit(self, trainer):
-        "Load the best weights back, unless the fit stopped on an error or an interrupt"
-        if trainer.outcome not in ('ok', 'cancelled') or self.best is None: return
+        "Load the best weights back, unless the fit stopped on an error or an interrupt (a cancelled epoch's new value counts first)"
+        if not self.active or trainer.outcome not in ('ok', 'cancelled'): return
+        if trainer.outcome == 'cancelled': self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch, required=False))
+        if self.best is None: return
         wait_for_everyone()  # the main process has written the file
         model = unwrap_model(trainer.model)
         device = next(model.parameters(), torch.zeros(0)).device

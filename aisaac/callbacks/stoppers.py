@@ -8,10 +8,18 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/stoppers.html.md"""
 __all__ = ['TerminateOnNaNCB', 'EarlyStoppingCB', 'ThresholdStopperCB']
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #71cdc849
-import math
+import math, warnings
+from ..utils import try_print
+from ..history import MetricWatch
 from ..callback import Callback, CancelFitException
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #4aa701f9
+def _stop(cb, reason):
+    "End the fit for `reason`: keep it in `cb.reason`, print it (a warning if the output is gone), and cancel"
+    cb.reason = f"{type(cb).__name__}: {reason}"
+    if not try_print(cb.reason): warnings.warn(cb.reason)
+    raise CancelFitException()
+
 class TerminateOnNaNCB(Callback):
     "Stop the fit, before backward, when a training or validation loss is NaN or infinite (reads the loss on the host every batch)"
     def before_fit(self, trainer):
@@ -23,40 +31,27 @@ class TerminateOnNaNCB(Callback):
         loss = trainer.loss.detach()
         if math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item()): return
         split = 'training' if trainer.model.training else 'validation'
-        self.reason = (f"{type(self).__name__}: the {split} loss is {loss.sum().item()} at epoch {trainer.epoch}, batch {trainer.batch_num}; "
-                       f"the fit stops{' before the weights are updated with it' if split == 'training' else ''}")
-        print(self.reason)
-        raise CancelFitException()
+        _stop(self, f"the {split} loss is {loss.sum().item()} at epoch {trainer.epoch}, batch {trainer.batch_num}; "
+                    f"the fit stops{' before the weights are updated with it' if split == 'training' else ''}")
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #6b95172e
 class _MetricStopper(Callback):
     "Reads `watch_metric` from `trainer.history` at the end of each epoch; subclasses decide when to stop"
     order = 90  # the last of the end-of-epoch `checkpoint` event: after the checkpoint savers
     def __init__(self, watch_metric, greater_is_better):
-        if not isinstance(watch_metric, str) or not watch_metric:
-            raise TypeError(f"watch_metric must be the name of a metric in trainer.history (got {watch_metric!r}): e.g. 'valid_loss'")
+        self.watch = MetricWatch(watch_metric, type(self).__name__)
         self.watch_metric, self.greater_is_better = watch_metric, greater_is_better
 
     def before_fit(self, trainer):
-        "Note how many values of the metric the history has before this fit"
-        self.reason, self._seen = None, self._count(trainer.history)
-
-    def _count(self, history):
-        return len(history.get_metric_values(self.watch_metric)) if self.watch_metric in history.metric_names else 0
+        "Note the values of the metric the history has before this fit: only new ones count"
+        self.reason = None
+        self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at):
-        "At the end of each epoch, read the metric and stop if `_should_stop` says so"
+        "At the end of each epoch, read the metric (an error if the epoch recorded none) and stop if `_should_stop` says so"
         if at != 'epoch': return
-        h = trainer.history
-        if (n := self._count(h)) == self._seen:
-            raise ValueError(f"{type(self).__name__} watches {self.watch_metric!r}, which was not recorded in trainer.history in epoch {trainer.epoch}. "
-                             f"The per-epoch metrics recorded are {h.metric_names}: pass one of them as `watch_metric`, or add the callback "
-                             f"that records it (`MetricsCB` records 'train_loss', 'valid_loss' and each metric by its name)")
-        self._seen = n
-        if (reason := self._should_stop(h.get_latest_metric(self.watch_metric), trainer.epoch)) is not None:
-            self.reason = f"{type(self).__name__}: {reason}; the fit stops after epoch {trainer.epoch}"
-            print(self.reason)
-            raise CancelFitException()
+        if (reason := self._should_stop(self.watch.latest(trainer.history, trainer.epoch), trainer.epoch)) is not None:
+            _stop(self, f"{reason}; the fit stops after epoch {trainer.epoch}")
 
     def _better(self, a, b, by=0.):
         "Whether `a` beats `b` by more than `by`"
