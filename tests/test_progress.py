@@ -113,3 +113,47 @@ def test_times_column_measures_the_whole_epoch(capsys):
     assert 'time' not in t.history.metric_names  # a display column, not a metric
     trainer(ProgressCB(bars=False)).fit(1, lr=0.01)
     assert capsys.readouterr().out.splitlines()[0].split() == ['epoch', 'train', 'valid']
+
+# ---------------------------------------------------------------- an output nobody reads any more
+class GoneOutput(io.StringIO):
+    "Stands for the standard output of a job whose reader is gone: every write raises, as a closed pipe does"
+    def write(self, s): raise BrokenPipeError(32, 'Broken pipe')
+
+@pytest.mark.parametrize('displays', ['MetricsCB alone', 'ProgressCB', 'PrintProgressCB', 'ConsoleLogger'])
+def test_a_display_that_cannot_print_warns_once_and_the_fit_goes_on(displays, monkeypatch):
+    "With stdout gone, the epoch table, the progress lines and the console log warn once; the fit trains to its end"
+    from aisaac.callbacks.loggers import ConsoleLogger
+    cbs = {'MetricsCB alone': [], 'ProgressCB': [ProgressCB(bars=False)], 'PrintProgressCB': [PrintProgressCB()],
+           'ConsoleLogger': [ConsoleLogger()]}[displays]
+    t = trainer(*cbs)
+    w0 = t.model.weight.detach().clone()
+    monkeypatch.setattr(sys, 'stdout', GoneOutput())
+    with pytest.warns(UserWarning) as ws: t.fit(3, lr=0.01)
+    assert len(t.history.get_metric_values('valid_loss')) == 3 and not torch.equal(t.model.weight, w0)
+    assert len(ws) <= 2, [str(w.message) for w in ws]  # once per display that failed, not once per epoch
+
+def test_a_stopper_stops_cleanly_when_it_cannot_print_its_reason(monkeypatch):
+    "The reason is kept and warned about; the fit ends as cancelled, not with an I/O error"
+    from aisaac.callbacks.stoppers import EarlyStoppingCB
+    t = trainer(EarlyStoppingCB(patience=1, threshold=10.))
+    monkeypatch.setattr(sys, 'stdout', GoneOutput())
+    with pytest.warns(UserWarning, match='EarlyStoppingCB: valid_loss has not improved'): t.fit(5, lr=0.01)
+    assert t.outcome == 'cancelled' and t.epoch == 1
+
+PIPE_SCRIPT = textwrap.dedent('''
+    import sys, time, torch; sys.path.insert(0, {tests!r})
+    from test_progress import trainer
+    from aisaac.callbacks.progress import PrintProgressCB
+    time.sleep(1)  # the reader closes the pipe meanwhile
+    t = trainer(PrintProgressCB(), n_batches=50)
+    t.fit(3, lr=0.01)
+    open({done!r}, 'w').write(f"{{len(t.history.get_metric_values('valid_loss'))}} {{t.outcome}}")
+''')
+
+def test_training_goes_on_when_the_pipe_reader_is_gone(tmp_path):
+    "A real pipe whose reader closed it (`python train.py | head -1`): the run trains to its end"
+    tests, done = str(__import__('pathlib').Path(__file__).parent), str(tmp_path/'done.txt')
+    p = subprocess.Popen([sys.executable, '-c', PIPE_SCRIPT.format(tests=tests, done=done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    _, err = p.communicate(timeout=300)
+    assert open(done).read() == '3 ok', err.decode()[-2000:]

@@ -8,10 +8,10 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/metrics.html.md"""
 __all__ = ['MetricsCB']
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #f153b716
-import copy
+import copy, warnings
 import torch
+from ..utils import is_main_process, try_print
 from ..callback import Callback
-from ..persist import is_main_process
 from .train import BasicTrainCB
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
@@ -36,12 +36,12 @@ class MetricsCB(Callback):
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
-        self.row = {}
+        self.row, self._mute = {}, False
         self._reset()
 
     def before_fit(self, trainer):
         "Start the sums at zero; find the training callback that says where a batch's targets are"
-        self.device, self.row = None, {}
+        self.device, self.row, self._mute = None, {}, False
         self._reader = next((cb.targets for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reset()
 
@@ -116,8 +116,14 @@ class MetricsCB(Callback):
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
-        if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process():  # one process prints
-            print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+        if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process() and not self._mute:  # one process prints
+            if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}): self._gone()
+
+    def _gone(self):
+        "The output is closed: say so once, and print no more rows in this fit (the numbers are still recorded and logged)"
+        self._mute = True
+        warnings.warn("MetricsCB could not print the epoch's row: the standard output is closed (a pipe whose reader is gone, a detached "
+                      "job). It prints no more rows in this fit; the numbers are still recorded in trainer.history and sent to the loggers.")
 
     def _shown(self, trainer):
         "Whether another callback shows the epoch's numbers: one that handles `log_metrics` (`ProgressCB`...), or a console logger"
