@@ -59,10 +59,9 @@ class with_cbs:
             return res
         @functools.wraps(f)
         def _f(o, *args, **kwargs):
-            try: phase = o._plan_of(events)  # the handlers of all four events, and `parts`: each event's
-            except AttributeError:
-                if hasattr(o, '_plan_of'): raise
-                return _plain_phase(o, f, args, kwargs, events, cancel)  # an object with only a `run_callbacks` method
+            try: phase = o._table[events]  # the handlers of all four events, and `parts`: each event's (`_plan_of` when it is made)
+            except KeyError: phase = o._plan_of(events)
+            except AttributeError: return _plain_phase(o, f, args, kwargs, events, cancel)  # an object with only a `run_callbacks` method
             if skip_unwatched and not phase:  # nobody listens: run it, honouring its cancel
                 try: return f(o, *args, **kwargs) if args or kwargs else f(o)  # no unpacking when there is nothing to unpack: 100 ns less
                 except cancel: return None

@@ -18,9 +18,15 @@ def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
 
 def _kwarg_names(f):
     "The keyword arguments `f` accepts after the trainer: a set of names, or `None` for all (`**kwargs`)"
+    key = getattr(f, '__func__', f)  # a bound method's function: the same for every instance (every fit rebuilds the plans)
+    try: return _kwargs_of[key]
+    except (KeyError, TypeError): pass
     ps = list(inspect.signature(f).parameters.values())[1:]
-    if any(p.kind is p.VAR_KEYWORD for p in ps): return None
-    return {p.name for p in ps}
+    res = None if any(p.kind is p.VAR_KEYWORD for p in ps) else {p.name for p in ps}
+    if inspect.ismethod(f) or inspect.isfunction(f): _kwargs_of[key] = res
+    return res
+
+_kwargs_of = weakref.WeakKeyDictionary()  # function -> `_kwarg_names`: `inspect.signature` is slow, and plans are rebuilt at every fit
 
 def _handler(cb, event):
     "The function that handles `event` for `cb`, or `None`"
@@ -193,8 +199,13 @@ class CallbackMixin:
 
     def _run_each(self, handlers, kwargs):
         "Run `handlers` one at a time, each with the `kwargs` it names and under its callback's error policy"
-        for f, names, cb, event in handlers:
-            self._call(f, event, cb, kwargs if names is None else {k: v for k, v in kwargs.items() if k in names})
+        for f, names, cb, event in handlers:  # `_call`, inlined: this runs for every `trainer.log` of every batch
+            try: f(self, **(kwargs if names is None or names.issuperset(kwargs) else {k: v for k, v in kwargs.items() if k in names}))
+            except CancelException as e:
+                _blame(e, self, cb, event)
+                raise
+            except Exception as e:
+                if self._failed(e, event, cb): raise
 
 # %% ../nbs/11_dispatch.ipynb #ca839ca3
 @patch

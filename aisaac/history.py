@@ -36,7 +36,9 @@ class RunHistory:
                       per:str='epoch'): # `'epoch'` or `'batch'`: which series
         "Record `value` for metric `name`"
         if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
-        steps, values = self._table(per).setdefault(name, ([], []))
+        try: table = self._series[per]  # (`_table`, inlined: monitors record every batch)
+        except KeyError: table = self._table(per)  # raises, naming the choices
+        steps, values = table.setdefault(name, ([], []))
         value = value.detach() if isinstance(value, torch.Tensor) else value
         if step is not None and steps and int(step) == steps[-1]: values[-1] = value  # the same step again: replace
         else:
@@ -79,6 +81,18 @@ class RunHistory:
     def __repr__(self):
         return 'RunHistory(' + '; '.join(f"per {p}: {', '.join(f'{n} ({len(v)})' for n, (_, v) in t.items()) or '-'}"
                                          for p, t in self._series.items()) + ')'
+
+# %% ../nbs/05_history.ipynb #2b0a0c62
+@patch
+def extend_metric(self:RunHistory, name:str, # the metric's name, e.g. `'train_loss'`
+                  values, # numbers (or one-element tensors), oldest first
+                  per:str='epoch'): # `'epoch'` or `'batch'`: which series
+    "Record `values` for metric `name`, each one step after the last: `update_metric` for many values at once (a pass's batch losses)"
+    if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
+    steps, vals = self._table(per).setdefault(name, ([], []))
+    start = steps[-1] + 1 if steps else 0
+    vals.extend(v.detach() if isinstance(v, torch.Tensor) else v for v in values)
+    steps.extend(range(start, start + len(vals) - len(steps)))
 
 # %% ../nbs/05_history.ipynb #5c6a2fb6
 def _pandas():

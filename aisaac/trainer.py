@@ -13,7 +13,7 @@ import torch
 from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
                              CancelFitException, CancelStepException, with_cbs)
-from .dispatch import CallbackMixin, _handler, _name_of
+from .dispatch import CallbackMixin, _Plan, _handler, _name_of
 from .utils import is_main_process
 from .history import RunHistory
 
@@ -279,6 +279,10 @@ Trainer.foreign_steps = {'calculate_train_batch_loss': '`predict` and `get_loss`
                          'optimizer_zero_grad': '`zero_grad`'}
 
 # %% ../nbs/20_trainer.ipynb #a2704558
+def _wanting(plan, per):
+    "The handlers of `plan` whose callback wants values logged `per` epoch or batch (a logger's `wants(per)`; one without `wants` takes all)"
+    return _Plan(tuple(h for h in plan.handlers if not callable(w := getattr(h[2], 'wants', None)) or w(per)))
+
 @patch
 def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are read to numbers
         step:int=None, # the epoch or batch the values belong to; `None`: each logger numbers them in turn
@@ -286,8 +290,13 @@ def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are re
     "Send `metrics` to every logger callback through the `log` event"
     if not isinstance(metrics, dict): raise TypeError(f"`metrics` must be a dict of {{name: number}} (got {type(metrics).__name__}): e.g. `trainer.log({{'lr': 0.01}})`")
     if per not in ('epoch', 'batch'): raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
-    metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
-    self.run_callbacks('log', metrics=metrics, step=step, per=per)
+    try: plan = self._table[f'log/{per}']  # the `log` handlers that want values `per` epoch or batch (a plan each, in the table)
+    except KeyError: plan = self._table[f'log/{per}'] = _wanting(self._plan_of('log'), per)
+    if not plan: return  # no logger wants them: nothing to read or copy
+    metrics = dict(metrics)  # the loggers' own copy, with tensors read to numbers
+    for k, v in metrics.items():
+        if isinstance(v, torch.Tensor): metrics[k] = v.item()
+    self._run_each(plan.handlers, {'metrics': metrics, 'step': step, 'per': per})
 
 @patch
 def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions'`

@@ -24,6 +24,13 @@ Variants
   raw + control       the raw DataLoader loop doing the same work by hand: OneCycleLR stepped per batch,
                       clip_grad_norm_(1.0), and the loss read to check it is finite; `ctl/raw+` is the ratio of
                       `CoreCBs + control` to it, aisaac's own overhead on that work
+  catalogue           CoreCBs(progress=False, activation_stats=False) (its MetricsCB included) with OneCycleSchedulerCB(cycle_momentum=False),
+                      GradClipCB(1.0), TerminateOnNaNCB, CSVLogger, JSONLinesLogger (every value, per batch too), SpeedMonitorCB and
+                      LRMonitorCB, same DataLoader: the catalogue a user turns on
+  raw + catalogue     the raw DataLoader loop doing that work by hand: the schedule, clipping and finite-loss check of `raw + control`,
+                      the batch losses kept on the device and averaged by size at the end (MetricsCB), the LR read before each step
+                      and the window throughput every batch once 100 are timed, each recorded in a dict of lists and written as a JSON
+                      line (LRMonitorCB, SpeedMonitorCB, JSONLinesLogger); `cat/raw+` is the ratio of `catalogue` to it
   CoreCBs + stats     CoreCBs(progress=False): the above plus ActivationStatsCB on every module (AIsaac's default), same DataLoader
   observability       CoreCBs(progress=False) with activation stats, CSVLogger and JSONLinesLogger (files in a temporary
                       folder; JSON lines for every value, per batch too), LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB,
@@ -40,7 +47,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, copy, gc, math, random, statistics, sys, tempfile, time
+import argparse, collections, copy, gc, json, math, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -148,6 +155,45 @@ def raw_control_epoch(model, dl, loss_func):
         sched.step()
 
 
+def raw_catalogue_epoch(model, dl, loss_func, path):
+    "`raw_control_epoch` with what `catalogue` adds, written by hand: loss bookkeeping, the LR and throughput records, a JSON-lines log"
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=len(dl), cycle_momentum=False)
+    params, history = list(model.parameters()), collections.defaultdict(list)
+    losses, sizes, window, wsecs, wn = [], [], collections.deque(maxlen=100), 0., 0  # the window's sums kept as it slides
+    model.train()
+    with open(path, 'w') as log:
+        last = time.perf_counter()
+        for step, (xb, yb) in enumerate(dl):
+            opt.zero_grad()
+            loss = loss_func(model(xb), yb)
+            if not math.isfinite(loss.item()): break
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            lr = opt.param_groups[0]['lr']
+            history['lr'].append((step, lr)); log.write(json.dumps({'per': 'batch', 'step': step, 'lr': lr}) + '\n')
+            opt.step()
+            sched.step()
+            losses.append(loss.detach()); sizes.append(len(yb))
+            now = time.perf_counter()
+            if full := len(window) == window.maxlen: wsecs, wn = wsecs - window[0][0], wn - window[0][1]
+            window.append((now - last, len(yb)))
+            wsecs, wn, last = wsecs + now - last, wn + len(yb), now
+            if full or len(window) == window.maxlen:
+                rec = {'samples_per_sec': wn / wsecs, 'batches_per_sec': len(window) / wsecs}
+                for k, v in rec.items(): history[k].append((step, v))
+                log.write(json.dumps({'per': 'batch', 'step': step} | rec) + '\n')
+        train_loss = ((torch.stack(losses).float() * torch.tensor(sizes)).sum() / sum(sizes)).item()
+        log.write(json.dumps({'per': 'epoch', 'step': 0, 'train_loss': train_loss}) + '\n')
+
+
+def catalogue_cbs():
+    "The catalogue variant's callbacks"
+    return [CoreCBs(device='cpu', progress=False, activation_stats=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0),
+            TerminateOnNaNCB(), CSVLogger(f'{LOG_DIR.name}/cat_epochs.csv'), JSONLinesLogger(f'{LOG_DIR.name}/cat_log.jsonl'),
+            SpeedMonitorCB(), LRMonitorCB()]
+
+
 def control_cbs():
     "The training-control callbacks of the `CoreCBs + control` variant"
     return [CoreCBs(device='cpu', progress=False, activation_stats=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.0), TerminateOnNaNCB(),
@@ -201,6 +247,8 @@ def variants(x, y, bs, decompose=False):
         'CoreCBs fast': trainer([CoreCBs(device='cpu', progress=False, activation_stats=False)], fast=True),
         'CoreCBs + control': trainer(control_cbs()),
         'raw + control': raw(lambda m, d: raw_control_epoch(m, d, loss_func)),
+        'catalogue': trainer(catalogue_cbs()),
+        'raw + catalogue': raw(lambda m, d: raw_catalogue_epoch(m, d, loss_func, f'{LOG_DIR.name}/raw_cat.jsonl')),
         'CoreCBs + stats': trainer([CoreCBs(device='cpu', progress=False)]),
         'observability': trainer(observability_cbs()),
         'Basic + 20 no-op': trainer([BasicTrainCB()] + [NoopCB() for _ in range(20)]),
@@ -266,6 +314,8 @@ def main():
         results[bs] = {k: v / n_batches * 1e6 for k, v in med.items()} | {f'{k} ratio': v for k, v in ratio.items()}
         results[bs]['control vs raw+'] = statistics.median(a / b for a, b in zip(times['CoreCBs + control'], times['raw + control']))
         print(f"| {bs:>5} | {'ctl/raw+ (ratio)':<20} | {'':>8} | {'':>9} | {results[bs]['control vs raw+']:6.3f} | {'':>7} |")
+        results[bs]['catalogue vs raw+'] = statistics.median(a / b for a, b in zip(times['catalogue'], times['raw + catalogue']))
+        print(f"| {bs:>5} | {'cat/raw+ (ratio)':<20} | {'':>8} | {'':>9} | {results[bs]['catalogue vs raw+']:6.3f} | {'':>7} |")
         # the no-op cost, paired per repeat (same repeat, adjacent in time) to cancel slow drifts
         results[bs]['noop_paired'] = statistics.median(
             (a - b) / n_batches * 1e6 for a, b in zip(times['Basic + 20 no-op'], times['BasicTrainCB']))
@@ -288,6 +338,7 @@ def main():
             ('CoreCBs fast path <= 0.75x raw loop (bs 64)', r['CoreCBs fast ratio'], 0.75, 'x'),
             ('CoreCBs + scheduler, clipping, stoppers <= 1.10x raw loop (bs 64)', r['CoreCBs + control ratio'], 1.10, 'x'),
             ('CoreCBs + control vs the raw loop doing the same work <= 1.10x (bs 64)', r['control vs raw+'], 1.10, 'x'),
+            ('the catalogue vs the raw loop doing the same work <= 1.05x (bs 64)', r['catalogue vs raw+'], 1.05, 'x'),
             ('20 quiet callbacks (no per-batch hook) add <= 2 us/batch (dispatch-only measure)', quiet_total, 2.0, ' us'),
             ('20 no-op callbacks with 2 per-batch hooks each (40 calls) add <= 2 us/batch', noop_total, 2.0, ' us'),
         ]

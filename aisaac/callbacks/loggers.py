@@ -22,6 +22,7 @@ class Logger(Callback):
     def __init__(self, per:str='epoch'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         if per not in ('epoch', 'batch', 'all'): raise ValueError(f"`per` must be 'epoch', 'batch' or 'all' (got {per!r})")
         self.per, self._last = per, {}
+        self._pers = ('epoch', 'batch') if per == 'all' else (per,)  # what `wants` says yes to, read by the loggers' `log` on every call
 
     def wants(self, per:str): # `'epoch'` or `'batch'`: the kind of the values
         "Whether this logger writes values logged per `per`"
@@ -75,7 +76,7 @@ class ConsoleLogger(Logger):
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
         "Print `metrics` on one line"
-        if not self.wants(per) or not metrics: return
+        if per not in self._pers or not metrics: return
         step = self.step_of('', step, per)
         print(f'{per} {step}: ' + ' '.join(f'{k} {_fmt(v)}' for k, v in metrics.items()), file=self.file or sys.stdout, flush=True)
 
@@ -97,7 +98,7 @@ class CSVLogger(Logger):
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
         "Add `metrics` to the row of `step`"
-        if not self.wants(per): return
+        if per not in self._pers: return
         step = self.step_of('', step, per)
         self.rows.setdefault(step, {}).update(metrics)
         self.names += [k for k in metrics if k not in self.names]
@@ -116,7 +117,7 @@ class CSVLogger(Logger):
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #52a2de06
 def _json_value(v):
-    if isinstance(v, float) and not math.isfinite(v): return None
+    if type(v) is float: return v if math.isfinite(v) else None  # the common case first
     return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
 
 class FileLogger(Logger):
@@ -150,9 +151,11 @@ class JSONLinesLogger(FileLogger):
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
         "Write a line for `metrics`"
-        if not self.wants(per) or self.file is None: return
+        if per not in self._pers or self.file is None: return
         step = self.step_of('', step, per)
-        self.file.write(json.dumps({'per': per, 'step': step} | {k: _json_value(v) for k, v in metrics.items()}) + '\n')
+        line = {'per': per, 'step': step}
+        for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
+        self.file.write(json.dumps(line) + '\n')
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #0f8e1509
 def _image_array(image):
@@ -187,7 +190,7 @@ class TensorBoardLogger(Logger):
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
         "Write each number of `metrics` as a scalar at `step`"
-        if not self.wants(per) or self.writer is None: return
+        if per not in self._pers or self.writer is None: return
         for k, v in metrics.items():
             if _is_number(v): self.writer.add_scalar(_tag(k, per), v, self.step_of(k, step, per))
 
@@ -242,7 +245,7 @@ class MLflowLogger(Logger):
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
         "Keep each number of `metrics` for the next flush"
-        if not self.wants(per) or self.run_id is None: return
+        if per not in self._pers or self.run_id is None: return
         now = int(time.time() * 1000)
         self._pending += [self._mlflow.entities.Metric(_tag(k, per), float(v), now, self.step_of(k, step, per))
                           for k, v in metrics.items() if _is_number(v)]

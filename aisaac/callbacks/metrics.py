@@ -53,10 +53,11 @@ class MetricsCB(Callback):
 
     def after_batch(self, trainer):
         "Keep the batch's loss and size, and update the pass's metrics, all on the device"
-        targets = self._targets(trainer.batch)
+        b = trainer.batch
+        targets = b[1] if type(b) in (tuple, list) and len(b) == 2 else self._targets(b)  # the common `(x, y)` pair without a call
         self.batch_losses.append(trainer.loss.detach())
         self.batch_sizes.append(len(targets))
-        if ms := (self.train_metrics if trainer.training else self.metrics):
+        if ms := (self.train_metrics if trainer.model.training else self.metrics):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
             for m in ms.values(): m.update(preds, targets)
@@ -76,10 +77,10 @@ class MetricsCB(Callback):
 
     def cleanup_epoch(self, trainer):
         "Read the pass's loss and metrics once, keep them, and log the epoch when it is complete"
-        losses = self._pass_losses()
-        split = 'train' if trainer.training else 'valid'
-        self.losses_batch += [{'training': trainer.training, 'loss': v} for v in losses.tolist()]
-        for v in losses.tolist(): trainer.history.update_metric(f'{split}_loss', v, per='batch')
+        losses, training = self._pass_losses(), trainer.training
+        split, values = 'train' if training else 'valid', losses.tolist()
+        self.losses_batch += [{'training': training, 'loss': v} for v in values]
+        trainer.history.extend_metric(f'{split}_loss', values, per='batch')
         sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
         if not self.row: self.step = self._next_step(trainer.history)  # the epoch's first pass: nothing of it recorded yet
         self.row.setdefault('epoch', trainer.epoch)

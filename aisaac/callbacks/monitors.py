@@ -37,10 +37,10 @@ def _hyper_params(opt):
     res, groups = {}, opt.param_groups
     for i, g in enumerate(groups):
         sfx = f'_{i}' if len(groups) > 1 else ''
-        res[f'lr{sfx}'] = g['lr']
-        if 'betas' in g: res[f'beta1{sfx}'] = g['betas'][0]
-        elif 'momentum' in g: res[f'momentum{sfx}'] = g['momentum']
-    return {k: float(v) for k, v in res.items()}
+        res[f'lr{sfx}'] = float(g['lr'])
+        if 'betas' in g: res[f'beta1{sfx}'] = float(g['betas'][0])
+        elif 'momentum' in g: res[f'momentum{sfx}'] = float(g['momentum'])
+    return res
 
 class LRMonitorCB(Callback):
     "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step, per batch"
@@ -80,6 +80,7 @@ class SpeedMonitorCB(Callback):
     def before_fit(self, trainer):
         "Start with an empty window"
         self.window.clear()
+        self._secs = self._n = 0  # the window's sums, kept as batches come and go (no sum over the window each batch)
 
     def before_train(self, trainer):
         "Start the clock of the training pass"
@@ -90,13 +91,14 @@ class SpeedMonitorCB(Callback):
         "Time this training batch; once the window is full, record the window's throughput"
         if not trainer.model.training: return
         if self.sync and torch.cuda.is_available(): torch.cuda.synchronize()
-        now, n = time.perf_counter(), _batch_size(trainer.batch)
-        self.window.append((now - self.last, n))
+        now, b, w = time.perf_counter(), trainer.batch, self.window
+        n = len(b[0]) if type(b) in (tuple, list) and isinstance(b[0], torch.Tensor) else _batch_size(b)
+        if full := len(w) == w.maxlen: self._secs, self._n = self._secs - w[0][0], self._n - w[0][1]  # the batch that leaves
+        w.append((secs := now - self.last, n))
+        self._secs, self._n = self._secs + secs, self._n + n
         self.last, self.samples, self.batches = now, self.samples + n, self.batches + 1
-        if len(self.window) == self.window.maxlen:
-            secs = sum(s for s, _ in self.window)
-            _record(trainer, {'samples_per_sec': sum(n for _, n in self.window) / secs, 'batches_per_sec': len(self.window) / secs},
-                    self.step, 'batch')
+        if full or len(w) == w.maxlen:
+            _record(trainer, {'samples_per_sec': self._n / self._secs, 'batches_per_sec': len(w) / self._secs}, self.step, 'batch')
         self.step += 1
 
     def after_train(self, trainer):

@@ -146,7 +146,9 @@ class DeviceCB(Callback):
         trainer.model.to(self.device)
     def before_batch(self, trainer):
         "Move the batch to the device"
-        trainer.batch = to_device(trainer.batch, self.device, non_blocking=self.device.type == 'cuda')
+        b, d = trainer.batch, self.device
+        if type(b) in (tuple, list) and len(b) == 2 and getattr(b[0], 'device', None) == d and getattr(b[1], 'device', None) == d: return  # there already
+        trainer.batch = to_device(b, d, non_blocking=d.type == 'cuda')
 
 # %% ../../nbs/callbacks/40_train.ipynb #d7fbdfd7
 class OneBatchCB(Callback):
