@@ -21,6 +21,8 @@ from .helpers import *
 from .callback import *
 from .dispatch import *
 from .registry import *
+from .clock import *
+from .overview import *
 from .trainer import *
 from .persist import *
 from .checkpoint import *
@@ -51,7 +53,7 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
-from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, trainer, persist, \
+from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, clock, overview, trainer, persist, \
     checkpoint, data, collate, learner, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, \
@@ -67,6 +69,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     callback,
     dispatch,
     registry,
+    clock,
+    overview,
     trainer,
     persist,
     checkpoint,

@@ -74,7 +74,8 @@ def resume_point(self:Trainer):
                           f"epoch (the `checkpoint` event, where `CheckpointCB` saves), or resume from a checkpoint written before the fit stopped")
 
 # %% ../nbs/22_checkpoint.ipynb #a9f96db4
-CHECKPOINT_FORMAT, CHECKPOINT_VERSION = 'aisaac.checkpoint', 1  # what a checkpoint says it is; CHECKPOINT_VERSION changes when the layout does
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = 'aisaac.checkpoint', 2  # what a checkpoint says it is; CHECKPOINT_VERSION changes when the layout does
+# version 2 adds 'clock' (the trainer's clock) and 'stream' (a run measured in steps: where its stream is in the loader's epoch)
 _keys = ('epoch', 'batch', 'model', 'opt', 'rng', 'epoch_rng', 'callbacks', 'history')
 
 def _loads_back(name, state):
@@ -97,13 +98,15 @@ def _history(trainer):
 def checkpoint_state(self:Trainer):
     "Everything a checkpoint holds, as tensors and plain values: model, optimizer, resume point, random states, data order, callbacks' state"
     epoch, batch = self.resume_point()
-    h = _history(self)
+    h, stream = _history(self), self.__dict__.get('_stream')
+    stream_state = None if stream is None or self.steps is None else {'n': stream.n, 'valid_every': self.valid_every}
     return {'format': CHECKPOINT_FORMAT, 'version': CHECKPOINT_VERSION, 'aisaac': __version__, 'torch': str(torch.__version__),
             'epoch': epoch, 'batch': batch,
             'model': unwrap_model(self.model).state_dict(),
             'opt': None if self.opt is None else self.opt.state_dict(),
             'rng': rng_state(loader_generators(self.dls)),
-            'epoch_rng': self.__dict__.get('_epoch_rng') if batch else None,
+            'epoch_rng': self.__dict__.get('_epoch_rng') if batch or (stream_state and stream_state['n']) else None,
+            'clock': self.clock.state_dict() if hasattr(self, 'clock') else None, 'stream': stream_state,
             'callbacks': {k: _loads_back(f'callback {k}', v) for k, v in self.callbacks_state_dict().items()},
             'history': None if h is None else _loads_back('the history', h.state_dict())}
 
@@ -140,7 +143,15 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
     if len(state['rng'].get('generators', ())) != n:
         problems.append(f"it holds the states of {len(state['rng'].get('generators', ()))} loader generators, and this trainer's loaders "
                         f"have {n}: build the loaders the same way (the same `generator=` or `seed=`)")
-    if state['batch'] and not isinstance(state['epoch_rng'], dict): problems.append("it resumes inside an epoch but lacks that epoch's data order")
+    stream = state.get('stream')
+    if (state['batch'] or (stream and stream['n'])) and not isinstance(state['epoch_rng'], dict):
+        problems.append("it resumes inside an epoch but lacks that epoch's data order")
+    if trainer.__dict__.get('_fitting') and (stream is None) != (trainer.steps is None):
+        problems.append(f"it was written by a run measured in {'epochs' if stream is None else 'steps'}, and this fit is measured in "
+                        f"{'steps' if stream is None else 'epochs'}: resume with `fit({'n_epochs' if stream is None else 'steps=...'}, resume_from=...)` as the run was started")
+    elif stream and trainer.__dict__.get('_fitting') and stream['valid_every'] != trainer.valid_every:
+        problems.append(f"its run validated every {stream['valid_every']} steps, and this fit every {trainer.valid_every}: resume with "
+                        f"`fit(steps=..., valid_every={stream['valid_every']}, resume_from=...)`, so that the passes fall where they did")
     if all_parts:
         if state['opt'] is not None and trainer.opt is not None:
             sizes = lambda sd: [len(g['params']) for g in sd.get('param_groups', ())]
@@ -171,6 +182,7 @@ def _apply(trainer, state):
     unwrap_model(trainer.model).load_state_dict(state['model'])
     if state['opt'] is not None and trainer.opt is not None: trainer.opt.load_state_dict(state['opt'])
     set_rng_state(state['rng'], loader_generators(trainer.dls))
+    if state.get('clock') is not None and hasattr(trainer, 'clock'): trainer.clock.load_state_dict(state['clock'])
     trainer.epoch, trainer.batch_num = state['epoch'], state['batch']
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
@@ -215,7 +227,7 @@ Trainer.events += tuple(e for e in (f'{o}_{p}_checkpoint' for p in ('save', 'loa
 class _FitTracker(Callback):
     "Added to every fit: knows where the fit is, keeps the random states each training pass starts from, and resumes a checkpoint"
     order, core = -10_000, True
-    def __init__(self, state=None): self.state = state  # the checkpoint to resume, until it is loaded
+    def __init__(self, state=None): self.state, self.stream_at = state, None  # the checkpoint to resume, until it is loaded
 
     def before_fit(self, trainer):
         "Check the checkpoint to resume against this fit, and start at its epoch"
@@ -234,8 +246,19 @@ class _FitTracker(Callback):
     def before_train(self, trainer):
         "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"
         resumed = self.state is not None and self._resume(trainer, training=True)
-        if not resumed: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+        if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
         trainer._at = ('train', trainer.epoch)
+
+    def before_data_epoch(self, trainer):
+        "A run measured in steps starts an epoch of the training loader: keep the random states its order comes from, or resume inside it"
+        if self.stream_at is None:
+            trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+            return
+        (n, epoch_rng, rng), self.stream_at = self.stream_at, None  # the checkpoint's place in the loader's epoch
+        gens = loader_generators(trainer.dls)
+        set_rng_state(epoch_rng, gens)
+        trainer._stream.it, trainer._stream.n, trainer._epoch_rng = skip_batches(trainer.dls.train, n), n, epoch_rng
+        set_rng_state(rng, gens)
 
     def before_validate(self, trainer):
         "Load the checkpoint if this fit only validates"
@@ -258,6 +281,11 @@ class _FitTracker(Callback):
         "Load the checkpoint; in a training pass inside an epoch, replay its data order and skip the batches done"
         state, self.state = self.state, None
         trainer.load_checkpoint(state)
+        if trainer.steps is not None:  # the stream resumes where it was in the loader's epoch, when it starts its next one
+            if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'])
+            trainer._stream.it, trainer._epoch_rng = None, state['epoch_rng']
+            trainer.first_batch = state['batch']
+            return bool(state['batch'])
         if not (training and state['batch']): return False
         gens = loader_generators(trainer.dls)
         set_rng_state(state['epoch_rng'], gens)

@@ -176,10 +176,18 @@ def test_other_versions_and_other_files_are_refused(ckpt, tmp_path):
     torch.save({**state, 'version': CHECKPOINT_VERSION + 1}, tmp_path/'newer.pt')
     torch.save(make_trainer().model.state_dict(), tmp_path/'weights.pt')
     def check(t):
-        with pytest.raises(CheckpointError, match='format version 2.*upgrade aisaac'): t.load_checkpoint(tmp_path/'newer.pt')
+        with pytest.raises(CheckpointError, match=f'format version {CHECKPOINT_VERSION + 1}.*upgrade aisaac'): t.load_checkpoint(tmp_path/'newer.pt')
         with pytest.raises(CheckpointError, match=r'not an aisaac checkpoint.*model.load_state_dict'): t.load_checkpoint(tmp_path/'weights.pt')
         with pytest.raises(FileNotFoundError, match='No checkpoint at'): t.load_checkpoint(tmp_path/'missing.pt')
     unchanged(check)
+
+def test_a_version_1_checkpoint_without_a_clock_still_loads(ckpt, tmp_path):
+    "Version 2 added the clock and the stream of a run measured in steps; a version 1 file resumes as it did"
+    state = {k: v for k, v in torch.load(ckpt, weights_only=True).items() if k not in ('clock', 'stream')} | {'version': 1}
+    torch.save(state, tmp_path/'v1.pt')
+    t = make_trainer()
+    t.load_checkpoint(tmp_path/'v1.pt')
+    assert t.epoch == state['epoch'] and t.clock.step == 0
 
 def test_a_checkpoint_that_does_not_fit_changes_nothing(ckpt):
     def check(t):

@@ -30,7 +30,7 @@ def test_the_best_weights_are_the_ones_exported(tmp_path):
         def __init__(self): self.values, self.states = [0.5, 0.1, 0.4], []
         def after_validate(self, trainer):
             self.states.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
-            trainer.log({'valid_loss': self.values[trainer.epoch]}, per='epoch')
+            trainer.history.update_metric('valid_loss', self.values[trainer.epoch], step=trainer.epoch)
     t = make_trainer(callbacks=[ExportCB(tmp_path/'model.pt2'), SaveBestModelCB(tmp_path/'best.pt'), Scores()])
     t.remove_callbacks(t.MetricsCB)
     t.fit(3)

@@ -131,3 +131,13 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match='threshold must be >= 0'): EarlyStoppingCB(threshold=-1)
     with pytest.raises(TypeError, match='watch_metric must be the name'): EarlyStoppingCB(watch_metric='')
     with pytest.raises(TypeError, match='watch_metric must be the name'): ThresholdStopperCB(3, 0.5)
+
+def test_the_epoch_that_stops_the_fit_is_checkpointed_with_the_stoppers_state(tmp_path):
+    "Early stopping asks for the end; the epoch's `checkpoint` event finishes first, so CheckpointCB (order 100) saves that epoch"
+    from aisaac.callbacks.savers import CheckpointCB, checkpoints
+    t = make_trainer([MetricsCB(), CheckpointCB(tmp_path, keep_last=None), stopper := EarlyStoppingCB(patience=1, threshold=10.)])
+    t.fit(5, lr=0.01)
+    assert t.outcome == 'cancelled' and t.epoch == 1 and stopper.reason
+    assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0001_000000.pt', 'checkpoint_0002_000000.pt']
+    state = torch.load(checkpoints(tmp_path)[-1], weights_only=True)
+    assert state['callbacks']['EarlyStoppingCB']['wait'] == 1  # the stopper's state when it decided

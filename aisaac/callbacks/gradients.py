@@ -28,8 +28,9 @@ class GradAccumCB(Callback):
         self.n_batches, self.count = n_batches, 0
 
     def before_fit(self, trainer):
-        "Start counting"
+        "Start counting; tell the clock how many batches make a step (schedulers plan the run's steps with it)"
         self.count = 0
+        trainer.clock.batches_per_step = self.n_batches
 
     def before_backward(self, trainer):
         "Make this batch's gradients count 1/n_batches"
@@ -38,7 +39,8 @@ class GradAccumCB(Callback):
     def before_step(self, trainer):
         "Skip the step and the zeroing of the gradients, except on every `n_batches`-th batch"
         self.count += 1
-        if self.count % self.n_batches: raise CancelStepException()
+        if k := self.count % self.n_batches:
+            raise CancelStepException(f"gradient accumulation: batch {k} of {self.n_batches}, the step comes after batch {self.n_batches}")
 
     def cleanup_fit(self, trainer):
         "Drop the gradients of the batches left over at the end of the fit"

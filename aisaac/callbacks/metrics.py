@@ -82,8 +82,9 @@ class MetricsCB(Callback):
         self.losses_batch += [{'training': training, 'loss': v} for v in values]
         trainer.history.extend_metric(f'{split}_loss', values, per='batch')
         sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
-        if not self.row: self.step = self._next_step(trainer.history)  # the epoch's first pass: nothing of it recorded yet
-        self.row.setdefault('epoch', trainer.epoch)
+        if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
+            self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
+            self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
         self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
         ms = self.train_metrics if trainer.training else self.metrics
         self.row |= {name: float(m.compute()) for name, m in ms.items()}
@@ -113,7 +114,7 @@ class MetricsCB(Callback):
         self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
         names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
         if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
-        values = {_loss_names.get(k, k): v for k, v in row.items() if k != 'epoch'}  # in the row's order: train, then valid
+        values = {_loss_names.get(k, k): v for k, v in row.items() if k not in ('epoch', 'step')}  # in the row's order: train, then valid
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)

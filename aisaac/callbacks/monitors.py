@@ -43,19 +43,18 @@ def _hyper_params(opt):
     return res
 
 class LRMonitorCB(Callback):
-    "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step, per batch"
-    def __init__(self): self.step, self.recs = 0, {}
+    "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step applied, per batch"
+    def __init__(self): self.recs = {}
 
     def before_fit(self, trainer):
         "Start new lists for this fit's plot"
         self.recs = {}
 
-    def before_step(self, trainer):
-        "Record the values the optimizer is about to use"
+    def after_step(self, trainer):
+        "Record the values the optimizer used in the step it applied (a step skipped by accumulation or the gradient scaler is no step)"
         values = _hyper_params(trainer.opt)
         for k, v in values.items(): self.recs.setdefault(k, []).append(v)
-        _record(trainer, values, self.step, 'batch')
-        self.step += 1
+        _record(trainer, values, trainer.clock.step - 1, 'batch')  # numbered from 0, as the history numbers batches
 
     def plot(self, figsize:tuple=(10, 3.5)): # size of the figure, in inches
         "Plot the learning rates, and the momentums or beta1s, of the last fit against the optimizer step"
@@ -71,7 +70,7 @@ class LRMonitorCB(Callback):
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #7fac907b
 class SpeedMonitorCB(Callback):
-    "Record training samples/s and batches/s over the last `window_size` batches, and per training pass; `sync=True` syncs with the GPU every batch"
+    "Record training samples/s, batches/s (and tokens/s, for batches of text) over the last `window_size` batches, and per training pass"
     def __init__(self, window_size:int=100, # batches in the moving window
                  sync:bool=False): # wait for the GPU at each batch end (a host sync per batch; exact per-batch times)
         if window_size < 1: raise ValueError(f"`window_size` must be at least 1 (got {window_size})")
@@ -80,33 +79,39 @@ class SpeedMonitorCB(Callback):
     def before_fit(self, trainer):
         "Start with an empty window"
         self.window.clear()
-        self._secs = self._n = 0  # the window's sums, kept as batches come and go (no sum over the window each batch)
+        self._secs = self._n = self._tok = 0  # the window's sums, kept as batches come and go (no sum over the window each batch)
 
     def before_train(self, trainer):
         "Start the clock of the training pass"
         self.start = self.last = time.perf_counter()
-        self.samples, self.batches, self.epoch_step = 0, 0, _epoch_step(trainer)
+        c = trainer.clock  # it counts each training batch's samples and tokens
+        self.first, self.seen, self.batches, self.epoch_step = (c.samples, c.tokens), (c.samples, c.tokens), 0, _epoch_step(trainer)
 
     def after_batch(self, trainer):
         "Time this training batch; once the window is full, record the window's throughput"
         if not trainer.model.training: return
         if self.sync and torch.cuda.is_available(): torch.cuda.synchronize()
-        now, b, w = time.perf_counter(), trainer.batch, self.window
-        n = len(b[0]) if type(b) in (tuple, list) and isinstance(b[0], torch.Tensor) else _batch_size(b)
-        if full := len(w) == w.maxlen: self._secs, self._n = self._secs - w[0][0], self._n - w[0][1]  # the batch that leaves
-        w.append((secs := now - self.last, n))
-        self._secs, self._n = self._secs + secs, self._n + n
-        self.last, self.samples, self.batches = now, self.samples + n, self.batches + 1
+        now, c, w = time.perf_counter(), trainer.clock, self.window
+        n, tok = c.samples - self.seen[0], c.tokens - self.seen[1]  # this batch's
+        self.seen = (c.samples, c.tokens)
+        if full := len(w) == w.maxlen:  # the batch that leaves the window
+            self._secs, self._n, self._tok = self._secs - w[0][0], self._n - w[0][1], self._tok - w[0][2]
+        w.append((secs := now - self.last, n, tok))
+        self._secs, self._n, self._tok = self._secs + secs, self._n + n, self._tok + tok
+        self.last, self.batches = now, self.batches + 1
         if full or len(w) == w.maxlen:
-            _record(trainer, {'samples_per_sec': self._n / self._secs, 'batches_per_sec': len(w) / self._secs}, self.step, 'batch')
+            rec = {'samples_per_sec': self._n / self._secs, 'batches_per_sec': len(w) / self._secs}
+            if self._tok: rec['tokens_per_sec'] = self._tok / self._secs
+            _record(trainer, rec, self.step, 'batch')
         self.step += 1
 
     def after_train(self, trainer):
         "Record the pass's average throughput and its time"
-        secs = self.last - self.start
+        secs, (s0, t0), (s1, t1) = self.last - self.start, self.first, self.seen
         if self.batches and secs > 0:
-            _record(trainer, {'epoch_samples_per_sec': self.samples / secs, 'epoch_batches_per_sec': self.batches / secs,
-                              'train_time': secs}, self.epoch_step, 'epoch')
+            rec = {'epoch_samples_per_sec': (s1 - s0) / secs, 'epoch_batches_per_sec': self.batches / secs}
+            if t1 > t0: rec['epoch_tokens_per_sec'] = (t1 - t0) / secs
+            _record(trainer, rec | {'train_time': secs}, self.epoch_step, 'epoch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
 class RuntimeEstimatorCB(Callback):
@@ -115,11 +120,13 @@ class RuntimeEstimatorCB(Callback):
         self.skip, self.step, self.remaining = skip_batches, 0, None
 
     def before_fit(self, trainer):
-        "Count the batches the fit will train on"
-        try: n = len(trainer.dls.train)
-        except TypeError: raise TypeError(f"RuntimeEstimatorCB needs the length of the training loader, and {type(trainer.dls.train).__name__} has none: "
-                                          f"remove the callback, or give the loader a `__len__`") from None
-        self.total, self.done, self.train_secs, self.valid_secs = n * trainer.n_epochs * trainer.do_train, 0, 0., None
+        "Count the batches the fit will train on (a run measured in steps: its steps times the batches per step)"
+        if trainer.steps is not None: total = trainer.steps * trainer.clock.batches_per_step
+        else:
+            try: total = len(trainer.dls.train) * trainer.n_epochs * trainer.do_train
+            except TypeError: raise TypeError(f"RuntimeEstimatorCB needs the length of the training loader, and {type(trainer.dls.train).__name__} has "
+                                              f"none: fit with `steps=`, remove the callback, or give the loader a `__len__`") from None
+        self.total, self.done, self.train_secs, self.valid_secs = total, 0, 0., None
 
     def before_train(self, trainer):
         "Start the clock of the training pass"

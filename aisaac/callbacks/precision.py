@@ -72,7 +72,8 @@ class MixedPrecisionCB(Callback):
         if not self._probe.stepped:
             self.skipped += 1
             trainer.opt.zero_grad()
-            raise CancelStepException()
+            raise CancelStepException(f"float16 gradients with inf or NaN: the step is skipped and the gradient scaler's scale lowered "
+                                      f"to {self.scaler.get_scale():g}")
 
     def state_dict(self):
         "The gradient scaler's state (its factor), for checkpoints; empty without a scaler"

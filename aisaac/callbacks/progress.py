@@ -110,7 +110,8 @@ class PrintProgressCB(Callback):
         n = len(trainer.dls.train) if hasattr(trainer.dls.train, '__len__') else '?'
         self.start = self.epoch_start = time.monotonic()
         self.row = None
-        self._print(f"fit: {trainer.n_epochs} epochs at lr {trainer.lr:g}, {n} training batches per epoch")
+        if trainer.steps is None: self._print(f"fit: {trainer.n_epochs} epochs at lr {trainer.lr:g}, {n} training batches per epoch")
+        else: self._print(f"fit: {trainer.steps} steps at lr {trainer.lr:g}, validating every {trainer.valid_every}, {n} training batches per epoch")
 
     def before_epoch(self, trainer):
         "Note when the epoch started"
@@ -123,8 +124,10 @@ class PrintProgressCB(Callback):
     def cleanup_epoch(self, trainer):
         "Print the epoch's line once its last pass is over"
         if trainer.training and trainer.do_valid: return
-        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k != 'epoch')
-        self._print(f"epoch {trainer.epoch + 1}/{trainer.n_epochs} ({time.monotonic() - self.epoch_start:.1f} s) {row}".rstrip())
+        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k not in ('epoch', 'step'))
+        at = (f"epoch {trainer.epoch + 1}/{trainer.n_epochs}" if trainer.steps is None else
+              f"step {trainer.clock.step - trainer.clock.fit_start_step}/{trainer.steps}")
+        self._print(f"{at} ({time.monotonic() - self.epoch_start:.1f} s) {row}".rstrip())
 
     def cleanup_fit(self, trainer):
         "Say how the fit ended, and how long it took"

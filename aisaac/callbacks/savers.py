@@ -11,6 +11,7 @@ __all__ = ['checkpoints', 'last_checkpoint', 'CheckpointCB', 'SaveBestModelCB']
 import math, os, re
 from pathlib import Path
 import torch
+from ..clock import Every
 from ..history import MetricWatch
 from ..callback import Callback
 from ..persist import atomic_save, is_main_process, unwrap_model, wait_for_everyone
@@ -47,23 +48,35 @@ def _check_every(name, n):
         raise ValueError(f"`{name}` must be a whole number of at least 1, or None (got {n!r})")
 
 class CheckpointCB(Callback):
-    "Save a checkpoint in `dir` every `every_n_epochs` epochs and every `every_n_batches` training batches, keeping the `keep_last` newest"
+    "Save a checkpoint in `dir` every `every_n_epochs` epochs, every `every_n_batches` batches or `every` (steps, tokens, minutes...), keeping the `keep_last` newest"
     order = 100  # after the other `checkpoint` handlers: the checkpoint holds their work
     runs_on = 'main'  # in a distributed run only the main process writes
     def __init__(self, dir='checkpoints', # the folder of the checkpoints, made if needed
                  every_n_epochs:int=1, # save at the end of every n-th epoch (`None`: never at an epoch's end)
                  every_n_batches:int=None, # also save after every n-th training batch of each epoch
-                 keep_last:int=3): # how many checkpoints to keep in `dir` (`None`: all)
+                 keep_last:int=3, # how many checkpoints to keep in `dir` (`None`: all)
+                 every=None): # also save every this much of the run's clock: `Every('500 steps')`, `'1M tokens'`, `'30 min'` (after a training batch)
         for name, n in (('every_n_epochs', every_n_epochs), ('every_n_batches', every_n_batches), ('keep_last', keep_last)): _check_every(name, n)
-        if every_n_epochs is None and every_n_batches is None:
-            raise ValueError("CheckpointCB would never save: set `every_n_epochs` or `every_n_batches`")
+        if every_n_epochs is None and every_n_batches is None and every is None:
+            raise ValueError("CheckpointCB would never save: set `every_n_epochs`, `every_n_batches` or `every`")
         self.dir, self.every_n_epochs, self.every_n_batches, self.keep_last = Path(dir), every_n_epochs, every_n_batches, keep_last
+        self.every = None if every is None else Every(every)
         self.last = None  # the path of the last checkpoint written
 
+    def before_fit(self, trainer):
+        "Count `every` from where the run's clock is"
+        if self.every is not None: self.every.start(trainer.clock)
+
+    def after_load_checkpoint(self, trainer):
+        "A resumed run: count `every` from the clock of the checkpoint"
+        if self.every is not None: self.every.start(trainer.clock)
+
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "Save when this epoch's end, or this training batch, is due"
+        "Save when this epoch's end, this training batch, or a period of `every` is due"
         n = self.every_n_epochs if at == 'epoch' else self.every_n_batches
-        if n and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1: self.save(trainer)
+        due = bool(n) and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1
+        if at == 'batch' and self.every is not None and self.every.due(trainer.clock): due = True
+        if due: self.save(trainer)
 
     def save(self, trainer): # the trainer whose checkpoint to write
         "Write a checkpoint named by its resume point, then remove the oldest beyond `keep_last`; returns its path"

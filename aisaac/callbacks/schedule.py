@@ -57,10 +57,17 @@ class BaseSchedulerCB(Callback):
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #ee428cd9
 class BatchSchedulerCB(BaseSchedulerCB):
-    "Step the scheduler after each training batch"
+    "Step the scheduler after each training batch that applied an optimizer step"
+    _stepped = False
+    def after_step(self, trainer):
+        "Note that this batch's optimizer step was applied (not skipped by accumulation or the gradient scaler)"
+        self._stepped = True
+
     def after_batch(self, trainer):
-        "Step the scheduler (training batches only)"
-        self._step(trainer)
+        "Step the scheduler if this training batch applied an optimizer step (where miniai's `BatchSchedCB` steps it)"
+        if self._stepped:
+            self._stepped = False
+            self._step(trainer)
 
 class EpochSchedulerCB(BaseSchedulerCB):
     "Step the scheduler after each training epoch"
@@ -79,15 +86,15 @@ class EpochSchedCB(EpochSchedulerCB):
     "miniai's name for `EpochSchedulerCB` (fastai course, notebook 12): `EpochSchedCB(sched)` steps after each training epoch"
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #5d45f98b
-def _n_batches(dl, who):
-    "The number of batches of `dl`, or an error saying how to do without"
-    try: return len(dl)
+def _planned(trainer, who):
+    "The optimizer steps of the fit (`trainer.planned_steps()`), or an error saying how to do without"
+    try: return trainer.planned_steps()
     except TypeError:
-        raise TypeError(f"{who} needs the number of training batches per epoch, but the training loader ({type(dl).__name__}) has no len(): "
-                        f"pass the number of scheduler steps of the whole fit, e.g. `{who}(total_steps=n_epochs * batches_per_epoch)`") from None
+        raise TypeError(f"{who} needs the number of optimizer steps of the fit, but the training loader ({type(trainer.dls.train).__name__}) "
+                        f"has no len(): fit with `steps=`, or pass the scheduler's length, e.g. `{who}(total_steps=n_epochs * batches_per_epoch)`") from None
 
 class OneCycleSchedulerCB(BatchSchedulerCB):
-    "The 1cycle policy, stepped each batch: the LR rises to the fit's `lr` and falls again; momentum (or Adam's beta1) does the opposite"
+    "The 1cycle policy, stepped each optimizer step: the LR rises to the fit's `lr` and falls again; momentum (or Adam's beta1) does the opposite"
     def __init__(self, **kwargs): # keyword arguments of `torch.optim.lr_scheduler.OneCycleLR` (`pct_start`, `div_factor`...)
         scheduler_func = torch.optim.lr_scheduler.OneCycleLR
         try: inspect.signature(scheduler_func).bind_partial(None, **kwargs)
@@ -96,10 +103,9 @@ class OneCycleSchedulerCB(BatchSchedulerCB):
         self.kwargs = kwargs
 
     def make_scheduler(self, trainer):
-        "`OneCycleLR` with `max_lr` the fit's `lr` and `total_steps` its epochs times the training batches per epoch"
+        "`OneCycleLR` with `max_lr` the fit's `lr` and `total_steps` the optimizer steps of the fit (`trainer.planned_steps()`)"
         kwargs = {'max_lr': trainer.lr} | self.kwargs
-        if not {'total_steps', 'epochs', 'steps_per_epoch'} & set(kwargs):
-            kwargs['total_steps'] = trainer.n_epochs * _n_batches(trainer.dls.train, type(self).__name__)
+        if not {'total_steps', 'epochs', 'steps_per_epoch'} & set(kwargs): kwargs['total_steps'] = _planned(trainer, type(self).__name__)
         try: return self.scheduler_func(trainer.opt, **kwargs)
         except ValueError as e:
             if 'momentum' not in str(e): raise

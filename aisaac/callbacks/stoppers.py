@@ -14,11 +14,12 @@ from ..history import MetricWatch
 from ..callback import Callback, CancelFitException
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #4aa701f9
-def _stop(cb, reason):
-    "End the fit for `reason`: keep it in `cb.reason`, print it (a warning if the output is gone), and cancel"
+def _stop(cb, reason, trainer=None):
+    "End the fit for `reason`: keep it in `cb.reason`, print it (a warning if the output is gone); cancel now, or with `trainer` after its epoch's checkpoints"
     cb.reason = f"{type(cb).__name__}: {reason}"
     if not try_print(cb.reason): warnings.warn(cb.reason)
-    raise CancelFitException()
+    if trainer is None: raise CancelFitException(cb.reason)
+    trainer.request_stop(cb.reason)
 
 class TerminateOnNaNCB(Callback):
     "Stop the fit, before backward, when a training or validation loss is NaN or infinite (reads the loss on the host every batch)"
@@ -37,7 +38,7 @@ class TerminateOnNaNCB(Callback):
 # %% ../../nbs/callbacks/54_stoppers.ipynb #6b95172e
 class _MetricStopper(Callback):
     "Reads `watch_metric` from `trainer.history` at the end of each epoch; subclasses decide when to stop"
-    order = 90  # the last of the end-of-epoch `checkpoint` event: after the checkpoint savers
+    order = 90  # at the end-of-epoch `checkpoint` event, before `CheckpointCB` (100): the stop waits for its checkpoint, which holds our state
     def __init__(self, watch_metric, greater_is_better):
         self.watch = MetricWatch(watch_metric, type(self).__name__)
         self.watch_metric, self.greater_is_better = watch_metric, greater_is_better
@@ -48,10 +49,10 @@ class _MetricStopper(Callback):
         self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at):
-        "At the end of each epoch, read the metric (an error if the epoch recorded none) and stop if `_should_stop` says so"
+        "At the end of each epoch, read the metric (an error if the epoch recorded none); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
         if at != 'epoch': return
         if (reason := self._should_stop(self.watch.latest(trainer.history, trainer.epoch), trainer.epoch)) is not None:
-            _stop(self, f"{reason}; the fit stops after epoch {trainer.epoch}")
+            _stop(self, f"{reason}; the fit stops after epoch {trainer.epoch}", trainer)
 
     def _better(self, a, b, by=0.):
         "Whether `a` beats `b` by more than `by`"

@@ -1,0 +1,149 @@
+"""Runs measured in optimizer steps and steps that tell the truth: `fit(steps=, valid_every=)`, the clock, `step_skipped`,
+schedulers and monitors keyed on applied steps, `Every`, `request_stop`, and exact resume inside a run of steps."""
+import math
+import pytest, torch
+from torch import nn
+from aisaac.clock import Clock, Every
+from aisaac.callback import Callback, CancelStepException
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
+from aisaac.callbacks.precision import MixedPrecisionCB
+from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.monitors import LRMonitorCB, SpeedMonitorCB
+from aisaac.callbacks.savers import CheckpointCB, checkpoints
+from checkpoint_run import make_trainer, result
+import tiny
+
+class Steps(Callback):
+    "Records the clock at each event of interest"
+    def __init__(self): self.applied, self.skipped, self.passes = [], [], []
+    def after_step(self, t): self.applied.append(t.clock.step)
+    def step_skipped(self, t, reason): self.skipped.append(reason)
+    def after_train(self, t): self.passes.append((t.epoch, t.clock.step))
+
+# ---------------------------------------------------------------- a run of N steps
+@pytest.mark.parametrize('accum', [1, 3])
+def test_a_fit_of_n_steps_ends_after_exactly_n_applied_steps_across_epochs(accum):
+    "13 batches per epoch; 30 steps cross epochs (and, accumulating 3 batches a step, 90 batches: 7 epochs)"
+    t = make_trainer(callbacks=[rec := Steps(), *([GradAccumCB(accum)] if accum > 1 else [])])
+    t.fit(steps=30)
+    assert t.clock.step == 30 and rec.applied == list(range(1, 31))
+    assert t.clock.micro_step == 30 * accum and t.clock.epoch == 30 * accum // len(t.dls.train)
+    assert len(rec.skipped) == 30 * (accum - 1) and all(r.startswith('gradient accumulation: batch') for r in rec.skipped)
+    assert t.clock.samples == sum(len(b[0]) for _, b in zip(range(30 * accum), _cycle(t.dls.train)))
+
+def _cycle(dl):
+    while True: yield from dl
+
+def test_validation_every_k_steps_logs_at_those_steps():
+    "valid_every=8 of 30 steps: passes end at steps 8, 16, 24 and 30, and each validation is recorded at its step"
+    rows = []
+    grab = type('Grab', (Callback,), {'log_metrics': lambda self, tr, metrics: rows.append(metrics)})()
+    t = make_trainer(callbacks=[rec := Steps(), grab])
+    t.fit(steps=30, valid_every=8)
+    assert rec.passes == [(0, 8), (1, 16), (2, 24), (3, 30)]
+    assert t.history.get_metric_steps('valid_loss') == [8, 16, 24, 30]
+    assert t.history.get_metric_steps('train_loss') == [8, 16, 24, 30]
+    assert [m['step'] for m in rows] == [8, 16, 24, 30]  # the table's rows, by step
+
+def test_a_second_fit_of_steps_takes_as_many_more():
+    t = make_trainer()
+    t.fit(steps=10); t.fit(steps=5)
+    assert t.clock.step == 15
+
+def test_bad_step_arguments_say_what_to_pass():
+    t = make_trainer()
+    with pytest.raises(ValueError, match='`steps` is how many optimizer steps'): t.fit(steps=0)
+    with pytest.raises(ValueError, match='give `steps=` too'): t.fit(2, valid_every=10)
+    with pytest.raises(ValueError, match='a number of optimizer steps'): t.fit(steps=10, valid_every='1 epoch')
+    with pytest.raises(ValueError, match='trains none'): t.fit(steps=10, train=False)
+
+# ---------------------------------------------------------------- steps that tell the truth
+class InfGradAt(Callback):
+    "Makes one parameter's gradient infinite at the given training batches (counted from 1), before the step"
+    order = -20
+    def __init__(self, batches): self.batches = set(batches)
+    def before_step(self, t):
+        if t.clock.micro_step in self.batches: next(t.model.parameters()).grad.fill_(float('inf'))
+
+def test_float16_skipped_steps_fire_step_skipped_and_do_not_count():
+    "The gradient scaler skips the steps with inf gradients: no after_step, no count, a reason; schedulers and LRMonitorCB see applied steps only"
+    t = make_trainer(callbacks=[rec := Steps(), MixedPrecisionCB(torch.float16), InfGradAt([2, 5]), lr := LRMonitorCB()])
+    t.fit(1, valid=False)
+    n = len(t.dls.train)
+    assert t.clock.micro_step == n and t.clock.step == n - 2 and rec.applied == list(range(1, n - 1))
+    assert len(rec.skipped) == 2 and all('inf or NaN' in r for r in rec.skipped)
+    assert len(lr.recs['lr']) == n - 2 and t.history.get_metric_steps('lr', per='batch') == list(range(n - 2))
+
+def test_one_cycle_follows_the_applied_steps_under_accumulation():
+    "Its length is the fit's optimizer steps (batches / 3), and it moves once per applied step: the LR at each step is OneCycleLR's"
+    t = make_trainer(callbacks=[GradAccumCB(3), lr := LRMonitorCB()])  # make_trainer has OneCycleSchedulerCB
+    t.fit(2, lr=0.01, valid=False)
+    n_steps = 2 * math.ceil(len(t.dls.train) / 3)
+    assert t.OneCycleSchedulerCB.scheduler.total_steps == n_steps == t.planned_steps()
+    opt = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=0.01)
+    ref = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=n_steps)
+    want = []
+    for _ in range(t.clock.step): want.append(opt.param_groups[0]['lr']); opt.step(); ref.step()
+    assert lr.recs['lr'] == pytest.approx(want)
+
+def test_a_cancelled_step_without_a_message_names_who_cancelled():
+    class Skip(Callback):
+        def before_step(self, t): raise CancelStepException()
+    t = tiny.make_trainer([rec := Steps(), Skip()])
+    t.fit(1, valid=False)
+    assert t.clock.step == 0 and rec.skipped and all(r == 'cancelled by Skip.before_step' for r in rec.skipped)
+
+# ---------------------------------------------------------------- every N of the clock
+def test_checkpoints_every_n_steps_and_every_n_tokens(tmp_path):
+    t = make_trainer(callbacks=[CheckpointCB(tmp_path/'a', every_n_epochs=None, every='7 steps', keep_last=None)])
+    t.fit(steps=30, valid_every=10)
+    assert len(checkpoints(tmp_path/'a')) == 4  # steps 7, 14, 21, 28
+    ids = [{'input_ids': torch.randint(0, 50, (4, 16)), 'labels': torch.randint(0, 50, (4, 16))} for _ in range(6)]
+    class LM(nn.Module):
+        def __init__(self): super().__init__(); self.emb = nn.Embedding(50, 50)
+        def forward(self, x): return self.emb(x)
+    lm_loss = lambda logits, y: nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+    t = Trainer(tiny.types.SimpleNamespace(train=ids, valid=ids[:1]), lm_loss, torch.optim.SGD, LM(),
+                callbacks=[BasicTrainCB(), CheckpointCB(tmp_path/'b', every_n_epochs=None, every='128 tokens', keep_last=None)])
+    t.fit(2)
+    assert t.clock.tokens == 12 * 64 and len(checkpoints(tmp_path/'b')) == 6  # 64 tokens a batch: every second batch
+
+def test_every_reads_the_units_people_write():
+    assert Every('2k steps') == Every(2000) and Every('1.5h') == Every(5400.0, 'seconds') and Every('3 ep') == Every(3, 'epoch')
+
+# ---------------------------------------------------------------- stopping and resuming
+def test_exact_resume_inside_a_run_of_steps(tmp_path):
+    "A checkpoint at step 17 (inside a pass, inside the loader's second epoch), resumed in a fresh trainer, ends as the straight run"
+    straight = make_trainer(callbacks=[CheckpointCB(tmp_path, every_n_epochs=None, every='17 steps', keep_last=None)])
+    straight.fit(steps=40, valid_every=12)
+    ckpt = checkpoints(tmp_path)[0]
+    state = torch.load(ckpt, weights_only=True)
+    assert state['clock']['step'] == 17 and state['stream']['n'] == 17 - 13 and state['batch'] == 17 - 12
+    resumed = make_trainer(callbacks=[CheckpointCB(tmp_path/'r', every_n_epochs=None, every='17 steps', keep_last=None)])
+    resumed.fit(steps=40, valid_every=12, resume_from=ckpt)
+    a, b = result(straight), result(resumed)
+    for k in a['model']: assert torch.equal(a['model'][k], b['model'][k]), k
+    assert a['history'] == b['history'] and resumed.clock.step == 40 and resumed.clock.epoch == straight.clock.epoch
+    assert [p.name for p in checkpoints(tmp_path/'r')] == [p.name for p in checkpoints(tmp_path)][1:]
+
+def test_resuming_a_run_of_steps_with_other_passes_is_refused(tmp_path):
+    t = make_trainer(callbacks=[CheckpointCB(tmp_path, every_n_epochs=None, every='5 steps')])
+    t.fit(steps=10, valid_every=5)
+    with pytest.raises(Exception, match='valid_every=5'): make_trainer().fit(steps=10, valid_every=4, resume_from=checkpoints(tmp_path)[0])
+    with pytest.raises(Exception, match='measured in steps'): make_trainer().fit(3, resume_from=checkpoints(tmp_path)[0])
+
+def test_speed_monitor_reports_tokens_per_second_for_batches_of_tokens():
+    ids = [{'input_ids': torch.randint(0, 50, (4, 16)), 'labels': torch.randint(0, 50, (4, 16))} for _ in range(6)]
+    class LM(nn.Module):
+        def __init__(self): super().__init__(); self.emb = nn.Embedding(50, 50)
+        def forward(self, x): return self.emb(x)
+    lm_loss = lambda logits, y: nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+    t = Trainer(tiny.types.SimpleNamespace(train=ids, valid=ids[:1]), lm_loss, torch.optim.SGD, LM(),
+                callbacks=[BasicTrainCB(), sp := SpeedMonitorCB(window_size=2)])
+    t.fit(1)
+    tps, sps = t.history.get_latest_metric('tokens_per_sec', 'batch'), t.history.get_latest_metric('samples_per_sec', 'batch')
+    assert tps == pytest.approx(sps * 16)  # 16 tokens a sample
+    assert t.history.get_latest_metric('epoch_tokens_per_sec') == pytest.approx(6 * 64 / t.history.get_latest_metric('train_time'))
