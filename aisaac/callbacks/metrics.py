@@ -23,8 +23,14 @@ def _check_metric(name, m):
 
 _loss_names = {'train': 'train_loss', 'valid': 'valid_loss'}
 
+def _weights(ns):
+    "The batches' weights (numbers, or token counts on the device) as one float tensor on the CPU, read from the device at once"
+    if not any(isinstance(n, torch.Tensor) for n in ns): return torch.tensor(ns, dtype=torch.float32)
+    dev = next(n.device for n in reversed(ns) if isinstance(n, torch.Tensor))
+    return torch.stack([n.to(dev) if isinstance(n, torch.Tensor) else torch.tensor(n, device=dev) for n in ns]).float().cpu()
+
 class MetricsCB(Callback):
-    "Track the train and valid loss (weighted by batch size) and `metrics` on the validation set, per epoch, into `trainer.history`"
+    "Track the train and valid loss (weighted by batch size, or by tokens) and `metrics` on the validation set, per epoch, into `trainer.history`"
     def __init__(self, *metrics, # metrics named by their class
                  train_metrics:bool=False, # also compute the metrics on the training pass, as `train_<name>`
                  show:bool=None, # print each epoch's row; `None`: only when no other callback shows it
@@ -56,7 +62,8 @@ class MetricsCB(Callback):
         b = trainer.batch
         targets = b[1] if type(b) in (tuple, list) and len(b) == 2 else self._targets(b)  # the common `(x, y)` pair without a call
         self.batch_losses.append(trainer.loss.detach())
-        self.batch_sizes.append(len(targets))
+        # a batch counts by its samples; a batch of sequences (integer targets with a time axis) by its tokens, -100 left out (on the device)
+        self.batch_sizes.append((targets != -100).sum() if getattr(targets, 'ndim', 1) > 1 and not targets.is_floating_point() else len(targets))
         if ms := (self.train_metrics if trainer.model.training else self.metrics):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
@@ -81,7 +88,7 @@ class MetricsCB(Callback):
         split, values = 'train' if training else 'valid', losses.tolist()
         self.losses_batch += [{'training': training, 'loss': v} for v in values]
         trainer.history.extend_metric(f'{split}_loss', values, per='batch')
-        sizes = torch.tensor(self.batch_sizes, dtype=torch.float32)
+        sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
             self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step

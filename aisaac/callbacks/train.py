@@ -18,8 +18,8 @@ from ..utils import def_device, to_device
 _unread = object()  # no loader yet
 
 class BasicTrainCB(Callback):
-    "The plain PyTorch training steps: forward, loss, backward, optimizer step, zero the gradients"
-    core, n_inp, input_keys, target_key = True, 1, None, None  # class defaults: a subclass whose `__init__` skips ours still works
+    "The plain PyTorch training steps: forward, loss (or the model's own, without `loss_func`), backward, optimizer step, zero the gradients"
+    core, n_inp, input_keys, target_key, _own = True, 1, None, None, False  # class defaults: a subclass whose `__init__` skips ours still works
     _dl_x = _dl_y = _unread  # the loader whose batch layout `predict` and `get_loss` last read: a new loader (a new pass) is read again
     def __init__(self, n_inp:int=1, # how many leading items of a tuple batch are the model's inputs; the rest are the targets
                  input_keys=None, # a dict batch's inputs: a key (passed by position) or a list of keys (by name); default: all but the target
@@ -31,10 +31,12 @@ class BasicTrainCB(Callback):
         "Run the model on the inputs: `trainer.preds = model(*batch[:n_inp])` (a dict batch: `model(batch[key])` or `model(**inputs)`)"
         if trainer.dl is not self._dl_x: return self._first_predict(trainer)
         b = trainer.batch
-        trainer.preds = trainer.model(b[0]) if self._pair else self._forward(trainer.model, b)
+        if self._own: trainer.preds = _logits(out := self._forward(trainer.model, b)); self._out = out
+        else: trainer.preds = trainer.model(b[0]) if self._pair else self._forward(trainer.model, b)
     def get_loss(self, trainer):
         "Compare predictions and targets: `trainer.loss = loss_func(preds, *batch[n_inp:])` (a dict batch: `batch[target_key]`)"
         if trainer.dl is not self._dl_y: return self._first_loss(trainer)
+        if self._own: trainer.loss = _own_loss(self._out); return
         b = trainer.batch
         trainer.loss = trainer.loss_func(trainer.preds, b[1]) if self._pair else trainer.loss_func(trainer.preds, *self._targets(b))
     def backward(self, trainer):
@@ -52,6 +54,7 @@ _target_keys = ('label', 'labels', 'target', 'targets', 'y')
 
 def _layout(cb, b):
     "How `cb` reads the batch `b`: (is it a plain `(x, y)` pair, `forward(model, b)`, `targets(b)`); a batch it cannot read is an error"
+    if cb._own: return _own_layout(cb, b)
     if isinstance(b, torch.Tensor):
         raise TypeError(f"BasicTrainCB got a batch that is one tensor (shape {tuple(b.shape)}), so it cannot tell inputs from targets: make the "
                         f"loader give (inputs, targets) tuples (`TensorDataset(x, y)`, `TensorLoader(x, y)`); to train without targets, "
@@ -78,6 +81,32 @@ def _dict_layout(cb, b):
     forward = (lambda m, b: m(**{k: b[k] for k in ik})) if by_name else (lambda m, b: m(b[ik[0]]))
     return False, forward, lambda b: (b[tk],)
 
+def _own_layout(cb, b):
+    "A model that computes its own loss (no `loss_func`) gets the whole batch: a dict by name (labels too), a tuple by position"
+    if isinstance(b, collections.abc.Mapping):
+        tk = cb.target_key if cb.target_key is not None else next((k for k in _target_keys if k in b), None)
+        return False, (lambda m, b: m(**b)), (lambda b: (b[tk],) if tk in b else ())
+    if isinstance(b, (tuple, list)): return False, (lambda m, b: m(*b)), (lambda b: b[cb.n_inp:])
+    return False, (lambda m, b: m(b)), (lambda b: ())
+
+def _logits(out):
+    "The predictions in a model's output: its `logits` (a Hugging Face output, or a dict), the second item of a `(loss, logits)` tuple"
+    if isinstance(logits := getattr(out, 'logits', None), torch.Tensor): return logits
+    if isinstance(out, collections.abc.Mapping) and 'logits' in out: return out['logits']
+    if isinstance(out, (tuple, list)) and len(out) >= 2: return out[1]
+    return out
+
+def _own_loss(out):
+    "The loss in a model's output: its `loss` (a Hugging Face output, or a dict), the first item of a `(loss, logits)` tuple"
+    loss = getattr(out, 'loss', None)
+    if loss is None and isinstance(out, collections.abc.Mapping): loss = out.get('loss')
+    if loss is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) and out[0].ndim == 0: loss = out[0]
+    if not isinstance(loss, torch.Tensor):
+        raise ValueError(f"The trainer has no `loss_func`, so BasicTrainCB takes the loss from the model's output, and this output "
+                         f"({type(out).__name__}) holds none. A Hugging Face model computes it when the batch has `labels`: give the batch "
+                         f"its labels, or give the Trainer a `loss_func`")
+    return loss
+
 def _describe(o):
     "A short description of a batch or its parts, for error notes: types, shapes and dtypes"
     if isinstance(o, torch.Tensor): return f"tensor {tuple(o.shape)} {str(o.dtype).removeprefix('torch.')}"
@@ -98,9 +127,12 @@ def _check_broadcast(preds, targets):
 @patch
 def _first_predict(self:BasicTrainCB, trainer):
     "`predict` on the first batch of a pass: read its layout, then run the model, noting the batch on an error"
+    self._own = trainer.loss_func is None
     self._pair, self._forward, self._targets = _layout(self, trainer.batch)
     self._dl_x = trainer.dl
-    try: trainer.preds = self._forward(trainer.model, trainer.batch)
+    try:
+        out = self._forward(trainer.model, trainer.batch)
+        trainer.preds, self._out = (_logits(out), out) if self._own else (out, None)
     except Exception as e:
         e.add_note(f"BasicTrainCB ran the model on the inputs of a batch that is a {_describe(trainer.batch)} (n_inp={self.n_inp})")
         raise
@@ -108,6 +140,10 @@ def _first_predict(self:BasicTrainCB, trainer):
 @patch
 def _first_loss(self:BasicTrainCB, trainer):
     "`get_loss` on the first batch of a pass: read its layout, check the shapes, then compute the loss, noting them on an error"
+    self._own = trainer.loss_func is None
+    if self._own:
+        trainer.loss, self._dl_y = _own_loss(self._out), trainer.dl
+        return
     self._pair, self._forward, self._targets = _layout(self, trainer.batch)
     ys = self._targets(trainer.batch)
     _check_broadcast(trainer.preds, ys)

@@ -1,0 +1,97 @@
+"""The loop's parts that language models need: models that compute their own loss (Hugging Face style), losses weighted by
+tokens, perplexity, tokens/s, accumulation on sequence batches, and every logger on such a run."""
+import math, types, json, csv
+import pytest, torch
+import torch.nn.functional as F
+from torch import nn
+from torcheval.metrics.text import Perplexity
+from aisaac.trainer import Trainer
+from aisaac.callback import Callback
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB
+from aisaac.callbacks.loggers import ConsoleLogger, CSVLogger, JSONLinesLogger, TensorBoardLogger, MLflowLogger
+
+V, T = 40, 12
+
+class TinyLM(nn.Module):
+    "An embedding and a linear layer over a causal running mean: enough to learn next-token statistics"
+    def __init__(self, own_loss=False):
+        super().__init__()
+        self.emb, self.out, self.own_loss = nn.Embedding(V, 32), nn.Linear(32, V), own_loss
+    def forward(self, input_ids, labels=None):
+        h = self.emb(input_ids).cumsum(1) / torch.arange(1, input_ids.shape[1] + 1)[:, None]
+        logits = self.out(h)
+        if not self.own_loss: return logits
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return types.SimpleNamespace(loss=loss, logits=logits)  # what a Hugging Face causal LM returns, with shifted labels given
+
+def lm_loss(logits, labels): return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+def lm_batches(n, bs, seed=0, pad_last=0):
+    "Dict batches of a repeating pattern: `labels` are the next tokens; `pad_last` positions of the last batch are ignored (-100)"
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (n * bs, T + 1), generator=g)
+    ids[:, 1::2] = (ids[:, ::2][:, :ids[:, 1::2].shape[1]] * 3) % V  # every other token follows from the one before
+    res = [{'input_ids': ids[i:i+bs, :-1], 'labels': ids[i:i+bs, 1:].clone()} for i in range(0, len(ids), bs)]
+    if pad_last: res[-1]['labels'][:, -pad_last:] = -100
+    return res
+
+def trainer(own=False, cbs=(), n=8, bs=4, **kw):
+    torch.manual_seed(0)
+    dls = types.SimpleNamespace(train=lm_batches(n, bs), valid=lm_batches(3, bs, seed=1, pad_last=5))
+    return Trainer(dls, None if own else lm_loss, torch.optim.AdamW, TinyLM(own), callbacks=[BasicTrainCB(), *cbs], **kw)
+
+def test_a_model_that_returns_its_own_loss_trains_like_one_given_a_loss_function():
+    "Same weights, loss and predictions: the model's `loss` (HF style: no loss_func, the whole batch by name) and `logits`"
+    a, b = trainer(own=False, cbs=[MetricsCB()]), trainer(own=True, cbs=[MetricsCB()])
+    a.fit(2, lr=1e-2); b.fit(2, lr=1e-2)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()): assert torch.allclose(pa, pb, atol=1e-6)
+    assert a.history.get_metric_values('valid_loss') == pytest.approx(b.history.get_metric_values('valid_loss'), rel=1e-5)
+    assert b.preds.shape == (4, T, V)
+
+def test_a_model_without_a_loss_says_how_to_get_one():
+    t = trainer(own=True)
+    t.dls.train = [{'input_ids': b['input_ids']} for b in t.dls.train]  # no labels: the model returns loss=None
+    with pytest.raises(ValueError, match="give the batch its labels, or give the Trainer a `loss_func`"): t.fit(1)
+
+def test_the_epoch_loss_is_the_mean_over_tokens_and_perplexity_is_its_exponential():
+    "The validation set's last batch has 5 ignored positions: weighting batches by sequences would count them; by tokens it is exact"
+    t = trainer(cbs=[m := MetricsCB(perplexity=Perplexity(ignore_index=-100))])
+    t.fit(1, lr=1e-2)
+    nll, n = 0., 0
+    with torch.no_grad():
+        for b in t.dls.valid:
+            logits = t.model(b['input_ids'])
+            nll += F.cross_entropy(logits.flatten(0, 1), b['labels'].flatten(), ignore_index=-100, reduction='sum').item()
+            n += (b['labels'] != -100).sum().item()
+    assert t.history.get_latest_metric('valid_loss') == pytest.approx(nll / n, rel=1e-5)
+    assert t.history.get_latest_metric('perplexity') == pytest.approx(math.exp(nll / n), rel=1e-4)
+
+@pytest.mark.parametrize('how', ['accumulation', 'microbatches'])
+def test_four_microbatches_equal_one_batch_four_times_as_large(how):
+    "GradAccumCB(4) over batches of 2 sequences, or MicroBatchCB(4) over batches of 8, against plain batches of 8: the same weights"
+    torch.manual_seed(0)
+    big = trainer(n=4, bs=8, cbs=[GradClipCB(1.0)])
+    big.fit(1, lr=1e-2, valid=False)
+    if how == 'accumulation': small = trainer(n=16, bs=2, cbs=[GradAccumCB(4), GradClipCB(1.0)])
+    else: small = trainer(n=4, bs=8, cbs=[MicroBatchCB(4), GradClipCB(1.0)])
+    small.fit(1, lr=1e-2, valid=False)
+    assert small.clock.step == big.clock.step == 4
+    for pa, pb in zip(big.model.parameters(), small.model.parameters()): assert torch.allclose(pa, pb, atol=1e-5)
+
+def test_a_model_with_its_own_loss_feeds_metrics_and_every_logger(tmp_path, monkeypatch, capsys):
+    pytest.importorskip('tensorboard'); pytest.importorskip('mlflow')
+    monkeypatch.chdir(tmp_path)
+    loggers = [ConsoleLogger(), CSVLogger(tmp_path/'e.csv'), JSONLinesLogger(tmp_path/'l.jsonl'), TensorBoardLogger(tmp_path/'tb'),
+               MLflowLogger(f'sqlite:///{tmp_path}/m.db')]
+    t = trainer(own=True, cbs=[MetricsCB(perplexity=Perplexity(ignore_index=-100)), *loggers])
+    t.fit(steps=10, valid_every=5, lr=1e-2)
+    assert t.history.get_metric_steps('perplexity') == [5, 10]
+    rows = list(csv.DictReader(open(tmp_path/'e.csv')))
+    assert [float(r['perplexity']) for r in rows] == pytest.approx(t.history.get_metric_values('perplexity'))
+    assert any(json.loads(l).get('perplexity') for l in open(tmp_path/'l.jsonl'))
+    assert 'perplexity' in capsys.readouterr().out
+    from mlflow.tracking import MlflowClient
+    run = MlflowClient(f'sqlite:///{tmp_path}/m.db').get_run(t.MLflowLogger.run_id)
+    assert run.data.metrics['perplexity'] == pytest.approx(t.history.get_latest_metric('perplexity'))
