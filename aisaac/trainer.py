@@ -179,9 +179,11 @@ class Trainer(CallbackMixin):
         except CancelStepException: pass
 
     @with_cbs('scheduler_step')
-    def step_scheduler(self, scheduler): # a torch learning-rate scheduler
-        "Step `scheduler` between the `before_scheduler_step` and `after_scheduler_step` events"
-        scheduler.step()
+    def step_scheduler(self, scheduler, # a torch learning-rate scheduler
+                       metric=None): # the value a scheduler such as `ReduceLROnPlateau` steps with
+        "Step `scheduler` (with `metric`, if given) between the `before_scheduler_step` and `after_scheduler_step` events"
+        if metric is None: scheduler.step()
+        else: scheduler.step(metric)
 
 # %% ../nbs/20_trainer.ipynb #0e556910
 @patch

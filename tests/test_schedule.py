@@ -9,6 +9,8 @@ from aisaac.callback import Callback
 from aisaac.callbacks.schedule import (BaseSchedulerCB, BatchSchedulerCB, EpochSchedulerCB, OneCycleSchedulerCB,
                                        BaseSchedCB, BatchSchedCB, EpochSchedCB)
 from tiny import make_trainer
+import tiny
+from aisaac.trainer import Trainer
 
 N_TRAIN = 5  # batches per epoch of the loaders below
 
@@ -134,3 +136,33 @@ def test_errors_name_the_fix():
     with pytest.raises(TypeError, match="scheduler_func"): BatchSchedulerCB(None)
     with pytest.raises(ValueError, match=r"cycle_momentum=False"): trainer(OneCycleSchedulerCB(), opt_func=torch.optim.Adagrad).fit(1)
     trainer(OneCycleSchedulerCB(cycle_momentum=False), opt_func=torch.optim.Adagrad).fit(1)
+
+# ---------------------------------------------------------------- warm-up then cosine; plateaus
+def test_warmup_cosine_follows_its_formula_over_the_fits_applied_steps():
+    "A run of 40 steps, 4 batches per step: the LR of step i is lr * warmup_cosine(i, 40, 4, 0.1), rising then falling to 0.1 lr"
+    from aisaac.callbacks.schedule import WarmupCosineSchedulerCB, warmup_cosine
+    from aisaac.callbacks.gradients import GradAccumCB
+    from aisaac.callbacks.monitors import LRMonitorCB
+    from checkpoint_run import make_dls
+    from aisaac.callbacks.train import BasicTrainCB
+    torch.manual_seed(0)
+    t = Trainer(make_dls('seeded'), nn.CrossEntropyLoss(), torch.optim.AdamW, nn.Linear(4, 3),
+                callbacks=[BasicTrainCB(), GradAccumCB(4), sched := WarmupCosineSchedulerCB(warmup=0.1), lr := LRMonitorCB()])
+    t.fit(steps=40, lr=0.02)
+    assert (sched.total, sched.warmup_steps) == (40, 4)
+    assert lr.recs['lr'] == pytest.approx([0.02 * warmup_cosine(i, 40, 4, 0.1) for i in range(40)])
+    assert max(lr.recs['lr']) == pytest.approx(0.02) and lr.recs['lr'][-1] == pytest.approx(0.02 * 0.1, rel=0.02)
+
+def test_a_plateau_lowers_the_lr_and_a_missing_metric_is_an_error():
+    from aisaac.callbacks.schedule import PlateauSchedulerCB, EpochSchedulerCB
+    from aisaac.callbacks.metrics import MetricsCB
+    class Script(Callback):
+        def __init__(self, values): self.values = values
+        def checkpoint(self, t, at):
+            if at == 'epoch': t.history.update_metric('score', self.values[t.epoch], step=t.epoch)
+    t = tiny.make_trainer([Script([1.0, 0.5, 0.6, 0.7, 0.8]), p := PlateauSchedulerCB('score', patience=1, factor=0.5)])
+    t.fit(5, lr=0.1)
+    assert t.opt.param_groups[0]['lr'] == pytest.approx(0.05)  # 0.6 and 0.7 did not improve on 0.5: more than patience=1 epochs, halved after epoch 3
+    with pytest.raises(ValueError, match="PlateauSchedulerCB watches 'valid_acc'"): tiny.make_trainer([MetricsCB(), PlateauSchedulerCB('valid_acc')]).fit(1)
+    with pytest.raises(TypeError, match='use `PlateauSchedulerCB'):
+        tiny.make_trainer([EpochSchedulerCB(torch.optim.lr_scheduler.ReduceLROnPlateau)]).fit(1)

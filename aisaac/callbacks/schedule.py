@@ -6,11 +6,12 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/schedule.html.md"""
 
 # %% auto #0
 __all__ = ['BaseSchedulerCB', 'BatchSchedulerCB', 'EpochSchedulerCB', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB',
-           'OneCycleSchedulerCB']
+           'OneCycleSchedulerCB', 'warmup_cosine', 'WarmupCosineSchedulerCB', 'PlateauSchedulerCB']
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #aa84d324
-import inspect
+import functools, inspect, math
 import torch
+from ..history import MetricWatch
 from ..callback import Callback
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #e7e2c82b
@@ -26,9 +27,13 @@ class BaseSchedulerCB(Callback):
         "The scheduler of this fit: `scheduler_func(trainer.opt)`"
         return self.scheduler_func(trainer.opt)
 
+    takes_metric = False  # `PlateauSchedulerCB`'s scheduler steps with a metric
     def before_fit(self, trainer):
         "Make the scheduler from the fit's optimizer, and give it the state loaded before the fit, if any"
         self.scheduler, self._in_fit = self.make_scheduler(trainer), True
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and not self.takes_metric:
+            raise TypeError(f"{type(self).__name__} steps its scheduler without a metric, and ReduceLROnPlateau needs one: use "
+                            f"`PlateauSchedulerCB(watch_metric='valid_loss', ...)`, which steps it with the metric at the end of each epoch")
         if self._pending is not None: self._load(self._pending)
         self._pending = None
 
@@ -111,3 +116,49 @@ class OneCycleSchedulerCB(BatchSchedulerCB):
             if 'momentum' not in str(e): raise
             raise ValueError(f"{e}: {type(trainer.opt).__name__} has neither `momentum` nor `betas` to cycle; "
                              f"pass `{type(self).__name__}(cycle_momentum=False)`") from None
+
+# %% ../../nbs/callbacks/50_schedule.ipynb #16580c08
+def warmup_cosine(step:int, # the optimizer steps taken
+                  total:int, # the optimizer steps of the whole schedule
+                  warmup:int, # the steps of the linear warm-up
+                  final:float=0.1): # the multiplier at the end
+    "The learning-rate multiplier after `step` steps: linear warm-up over `warmup` steps, then a half cosine down to `final` at `total`"
+    if step < warmup: return (step + 1) / warmup
+    progress = min(1., (step - warmup) / max(1, total - warmup))
+    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * progress))
+
+class WarmupCosineSchedulerCB(BatchSchedulerCB):
+    "Linear warm-up to the fit's `lr`, then cosine decay to `final` times it, one move per optimizer step, over the fit's steps"
+    def __init__(self, warmup=0.05, # steps of warm-up: a number of steps, or a fraction (below 1) of the fit's steps
+                 final:float=0.1): # the learning rate at the end, as a fraction of the fit's `lr`
+        if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or warmup < 0 or (isinstance(warmup, float) and warmup >= 1):
+            raise ValueError(f"`warmup` is a number of steps or a fraction of the fit's steps below 1 (got {warmup!r}): e.g. 100 or 0.05")
+        if not 0 <= final <= 1: raise ValueError(f"`final` is a fraction of the fit's learning rate, between 0 and 1 (got {final!r})")
+        super().__init__(torch.optim.lr_scheduler.LambdaLR)
+        self.warmup, self.final = warmup, final
+
+    def make_scheduler(self, trainer):
+        "`LambdaLR` with `warmup_cosine` over the fit's optimizer steps"
+        total = _planned(trainer, type(self).__name__)
+        w = self.warmup if isinstance(self.warmup, int) else round(self.warmup * total)
+        self.total, self.warmup_steps = total, max(1, w)
+        return self.scheduler_func(trainer.opt, functools.partial(warmup_cosine, total=total, warmup=self.warmup_steps, final=self.final))
+
+# %% ../../nbs/callbacks/50_schedule.ipynb #8aeadf27
+class PlateauSchedulerCB(BaseSchedulerCB):
+    "Lower the learning rate when `watch_metric` stops improving: `ReduceLROnPlateau` stepped with the metric at the end of each epoch"
+    takes_metric = True
+    def __init__(self, watch_metric:str='valid_loss', # a per-epoch metric of the run history
+                 greater_is_better:bool=False, # whether a larger value is an improvement (accuracy) or a smaller one (loss)
+                 **kwargs): # for `ReduceLROnPlateau`: `factor`, `patience`, `threshold`, `min_lr`...
+        self.watch = MetricWatch(watch_metric, 'PlateauSchedulerCB')
+        super().__init__(functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, mode='max' if greater_is_better else 'min', **kwargs))
+
+    def before_fit(self, trainer):
+        "Make the scheduler; only new values of the metric count"
+        super().before_fit(trainer)
+        self.watch.start(trainer.history)
+
+    def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
+        "At the end of each epoch that trained, step the scheduler with the watched metric (an error if the epoch recorded none)"
+        if at == 'epoch' and trainer.do_train: trainer.step_scheduler(self.scheduler, self.watch.latest(trainer.history, trainer.epoch))
