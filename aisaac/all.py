@@ -49,6 +49,7 @@ from .callbacks.hooks import *
 from .callbacks.summary import *
 from .callbacks.visualize import *
 from .callbacks.monitors import *
+from .callbacks.samples import *
 from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
@@ -56,7 +57,7 @@ from .groups import *
 from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, clock, overview, trainer, persist, \
     checkpoint, data, collate, learner, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
-    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, \
+    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
     savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -97,6 +98,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     summary,
     visualize,
     monitors,
+    samples,
     savers,
     export,
     accel,

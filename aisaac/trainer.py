@@ -313,7 +313,7 @@ Trainer.events = ('before_init', 'after_create', 'after_init', 'cleanup_init', '
                   'before_train', 'before_epoch', *_batch_events, 'after_epoch', 'cleanup_epoch', 'after_train', 'cleanup_train',
                   'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
                   'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics',
-                  'log', 'log_image')
+                  'log', 'log_image', 'log_text')
 
 Trainer.runtime_attrs = ('model', 'dls', 'loss_func', 'opt_func', 'opt', 'cbs', 'epoch', 'epochs', 'n_epochs', 'lr', 'do_train', 'do_valid',
                          'dl', 'batch', 'batch_num', 'preds', 'loss', 'training', 'outcome', 'exception', 'history', 'clock', 'steps',
@@ -376,3 +376,11 @@ def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions
               step:int=None): # the epoch it belongs to
     "Send `image` to every logger callback that takes images, through the `log_image` event"
     self.run_callbacks('log_image', name=name, image=image, step=step)
+
+@patch
+def log_text(self:Trainer, name:str, # what the text is, e.g. `'sample'`
+             text:str, # the text
+             step:int=None): # the optimizer step (or epoch) it belongs to
+    "Send `text` to every logger callback that takes text (and the progress display), through the `log_text` event"
+    if not isinstance(text, str): raise TypeError(f"`text` must be a string (got {type(text).__name__})")
+    self.run_callbacks('log_text', name=name, text=text, step=step)

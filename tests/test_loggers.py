@@ -138,10 +138,23 @@ def test_a_logger_must_write_log(tmp_path):
     class Nothing(Logger): pass
     with pytest.warns(UserWarning, match="must define `log"): fit(Nothing())
 
+def test_text_goes_to_the_console_the_jsonl_file_and_the_progress_display(tmp_path, capsys):
+    from aisaac.callbacks.progress import ProgressCB, PrintProgressCB
+    fit(ConsoleLogger(), JSONLinesLogger(tmp_path/'log.jsonl'), PrintProgressCB(), Img(), n_epochs=1)
+    out = capsys.readouterr().out
+    assert 'sample 7: Once upon a time' in out and 'sample (step 7): Once upon a time' in out
+    lines = [json.loads(l) for l in open(tmp_path/'log.jsonl')]
+    assert {'per': 'text', 'step': 7, 'name': 'sample', 'text': 'Once upon a time'} in lines
+    fit(ProgressCB(bars=False), Img(), n_epochs=1)
+    assert capsys.readouterr().out.rstrip().endswith('sample (step 7): Once upon a time')
+    with pytest.raises(TypeError, match='must be a string'): fit(type('T', (Callback,), {'after_fit': lambda s, t: t.log_text('x', 3)})())
+
 # ---------------------------------------------------------------- TensorBoard
 class Img(Callback):
     "Logs an image at the end of the fit"
-    def after_fit(self, t): t.log_image('grid', torch.rand(3, 8, 10), step=2)
+    def after_fit(self, t):
+        t.log_image('grid', torch.rand(3, 8, 10), step=2)
+        t.log_text('sample', 'Once upon a time', step=7)
 
 def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -155,6 +168,10 @@ def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
     assert [e.value for e in ea.Scalars('batch/seen')] == list(range(12))
     img = ea.Images('grid')
     assert len(img) == 1 and (img[0].step, img[0].width, img[0].height) == (2, 10, 8)
+    txt = [tag for tag in ea.Tags()['tensors'] if tag.startswith('sample')]
+    assert len(txt) == 1
+    (ev,) = ea.Tensors(txt[0])
+    assert ev.step == 7 and ev.tensor_proto.string_val == [b'Once upon a time']
 
 # ---------------------------------------------------------------- MLflow
 def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
@@ -175,6 +192,8 @@ def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
     assert run.info.status == 'FINISHED' and run.data.params['lr'] == '0.05' and run.data.params['n_params'] == '10'
     assert c.get_experiment(run.info.experiment_id).name == 'test'
     assert any('grid' in f.path for f in c.list_artifacts(lg.run_id, 'images'))
+    assert [f.path for f in c.list_artifacts(lg.run_id, 'text')] == ['text/sample_7.txt']
+    assert open(c.download_artifacts(lg.run_id, 'text/sample_7.txt', str(tmp_path))).read() == 'Once upon a time'
     lg2 = MLflowLogger(lg.tracking_uri, experiment='test')
     with pytest.raises(RuntimeError): fit(lg2, FailAt(1))
     run2 = c.get_run(lg2.run_id)

@@ -80,6 +80,12 @@ class ConsoleLogger(Logger):
         step = self.step_of('', step, per)
         print(f'{per} {step}: ' + ' '.join(f'{k} {_fmt(v)}' for k, v in metrics.items()), file=self.file or sys.stdout, flush=True)
 
+    def log_text(self, trainer, name:str, # what the text is
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Print `text` under its name and step"
+        print(f"{name}{'' if step is None else f' {step}'}: {text}", file=self.file or sys.stdout, flush=True)
+
 # %% ../../nbs/callbacks/60_loggers.ipynb #e118de9a
 class CSVLogger(Logger):
     "Write the logged values to a CSV file at `path`: a row per step, a column per name"
@@ -157,6 +163,12 @@ class JSONLinesLogger(FileLogger):
         for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
         self.file.write(json.dumps(line) + '\n')
 
+    def log_text(self, trainer, name:str, # what the text is
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Write a line `{\"per\": \"text\", \"step\": ..., \"name\": ..., \"text\": ...}`"
+        if self.file is not None: self.file.write(json.dumps({'per': 'text', 'step': step, 'name': name, 'text': text}) + '\n')
+
 # %% ../../nbs/callbacks/60_loggers.ipynb #0f8e1509
 def _image_array(image):
     "`image` (a matplotlib figure, an array or a tensor: HxW, HxWxC or CxHxW, floats in [0, 1] or uint8) as an HxWx3 uint8 array"
@@ -199,6 +211,12 @@ class TensorBoardLogger(Logger):
                   step:int=None): # the epoch it belongs to, or `None`
         "Write `image` under `name` at `step`"
         if self.writer is not None: self.writer.add_image(name, _image_array(image), self.step_of(name, step, 'image'), dataformats='HWC')
+
+    def log_text(self, trainer, name:str, # what the text is
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Write `text` under `name` at `step` (TensorBoard's Text tab)"
+        if self.writer is not None: self.writer.add_text(name, text, self.step_of(name, step, 'text'))
 
     def flush(self):
         "Write the pending events to disk"
@@ -255,6 +273,12 @@ class MLflowLogger(Logger):
                   step:int=None): # the epoch it belongs to, or `None`
         "Store `image` under `name` at `step`"
         if self.run_id is not None: self.client.log_image(self.run_id, _image_array(image), key=name, step=self.step_of(name, step, 'image'))
+
+    def log_text(self, trainer, name:str, # what the text is
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Store `text` as the run's artifact `text/<name>_<step>.txt`"
+        if self.run_id is not None: self.client.log_text(self.run_id, text, f"text/{name}_{self.step_of(name, step, 'text')}.txt")
 
     def flush(self):
         "Send the kept values to the tracking store"

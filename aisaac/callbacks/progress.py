@@ -11,6 +11,7 @@ __all__ = ['ProgressCB', 'PrintProgressCB']
 import sys, time
 import torch
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
+from ..utils import try_print
 from ..callback import Callback
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
@@ -57,13 +58,21 @@ class ProgressCB(Callback):
             if 'valid' in metrics: self.valid_losses.append((len(self.train_losses), metrics['valid']))
             self._redraw()
 
+    def log_text(self, trainer, name:str, # what the text is (a language model's sample...)
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Show `text` under the table, with its name and step"
+        line = f"{name}{'' if step is None else f' (step {step})'}: {text}"
+        if self.bars: self.mbar.write(line)
+        elif not try_print(line): raise OSError("the standard output is closed")
+
     def cleanup_fit(self, trainer):
         "Draw the last points"
         if self.plot: self._redraw()
 
     def _write(self, cells):
         if self.bars: self.mbar.write(cells, table=True)
-        else: print('  '.join(f'{c:<8}' for c in cells).rstrip(), flush=True)
+        elif not try_print('  '.join(f'{c:<8}' for c in cells).rstrip()): raise OSError("the standard output is closed")
 
     def _read(self):
         "The kept losses, read from the device in one transfer"
@@ -120,6 +129,12 @@ class PrintProgressCB(Callback):
     def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Keep the epoch's row"
         self.row = metrics
+
+    def log_text(self, trainer, name:str, # what the text is (a language model's sample...)
+                 text:str, # the text
+                 step:int=None): # the step it belongs to
+        "Print `text` with its name and step"
+        self._print(f"{name}{'' if step is None else f' (step {step})'}: {text}")
 
     def cleanup_epoch(self, trainer):
         "Print the epoch's line once its last pass is over"
