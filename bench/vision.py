@@ -70,7 +70,7 @@ def aisaac(model, dls, n):
     "The tutorial's trainer: `n` training batches; seconds per batch"
     trainer = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model,
                       callbacks=[DeviceCB('cpu'), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False),
-                                 OneCycleSchedulerCB(), MixedPrecisionCB(), BatchAugmentationCB(augment()), _Stop(n)])
+                                 OneCycleSchedulerCB(), MixedPrecisionCB(), BatchAugmentationCB(augment(), on_valid=False), _Stop(n)])
     t0 = time.perf_counter()
     trainer.fit(EPOCHS, lr=LR, valid=False)
     return (time.perf_counter() - t0) / n

@@ -49,10 +49,11 @@ def test_tfm_batch_keeps_other_items():
 
 def test_batch_augmentation_cb():
     x = torch.arange(8.).reshape(2, 1, 2, 2)
-    (_, (xt, yt)), (_, (xv, _)) = seen(BatchAugmentationCB([torch.neg, lambda y: y * 10]))
-    assert torch.equal(xt, -x) and torch.equal(yt, torch.tensor([10., 20.])) and torch.equal(xv, x)
-    (_, (xt, yt)), (_, (xv, _)) = seen(BatchAugmentationCB([None, torch.neg], on_valid=True))
-    assert torch.equal(xt, x) and torch.equal(yt, torch.tensor([-1., -2.]))
+    (_, (xt, yt)), (_, (xv, yv)) = seen(BatchAugmentationCB([torch.neg, lambda y: y * 10]))
+    assert torch.equal(xt, -x) and torch.equal(yt, torch.tensor([10., 20.]))
+    assert torch.equal(xv, -x) and torch.equal(yv, torch.tensor([10., 20.]))  # AIsaac's: validation batches too
+    (_, (xt, yt)), (_, (xv, yv)) = seen(BatchAugmentationCB([None, torch.neg], on_valid=False))
+    assert torch.equal(xt, x) and torch.equal(yt, torch.tensor([-1., -2.])) and torch.equal(yv, torch.tensor([1., 2.]))
     (_, (xt, _)), _ = seen(BatchAugmentationCB(torch.neg))
     assert torch.equal(xt, -x)
     with pytest.raises(TypeError, match='needs callables'): BatchAugmentationCB([torch.neg, 'y'])
@@ -153,9 +154,12 @@ def test_unnormalize():
     m, s = torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.5, 1., 2.])
     n = (x - m[:, None, None]) / s[:, None, None]
     copy = n.clone()
-    torch.testing.assert_close(UnNormalize(m, s)(n), x)
     torch.testing.assert_close(UnNormalize(m.tolist(), s.tolist())(n[1]), x[1])
-    assert torch.equal(n, copy)  # not in place
+    torch.testing.assert_close(n[1], x[1])  # in place, as AIsaac's: the image itself is un-normalised
+    assert torch.equal(n[0], copy[0])  # the rest of the batch untouched
+    out = UnNormalize(m, s)(n)
+    assert out is n and not torch.allclose(n[1], x[1])  # the whole batch, in place (image 1 twice now)
+    with pytest.raises(TypeError, match='convert it first'): UnNormalize(0.5, 0.5)(torch.zeros(3, 2, 2, dtype=torch.uint8))
     torch.testing.assert_close(UnNormalize(0.28, 0.35)((x - 0.28) / 0.35), x)
 
 @pytest.mark.parametrize('func,module', [(rand_erase, RandErase), (rand_copy, RandCopy)])

@@ -34,11 +34,23 @@ def test_init_weights_kaiming_scale(leaky):
 def test_lsuv_every_conv_reaches_mean_0_std_1(norm):
     torch.manual_seed(0)
     model, xb = get_model_conv(act_gr, norm=norm), batch()
-    for m in model.modules(): lsuv_init(model, m, xb)  # AIsaac's way: every module, those without weights skipped
+    for m in model.modules(): lsuv_init(model, m, xb, targ_mean=0)  # AIsaac's way: every module, those without weights skipped
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     for conv, (mean, std) in zip(convs, outputs(model, convs, xb)):
         assert abs(std - 1) < 1e-3
         if conv.bias is not None: assert abs(mean) < 1e-3
+
+def test_lsuv_defaults_are_aisaacs_in_its_call_and_miniais_in_its_own():
+    "AIsaac's `lsuv_init(model, module, xb)` aims at mean 0.5 (its `targ_mean` default); miniai's `(model, m, m_in, xb)` at 0"
+    torch.manual_seed(0)
+    model, xb = get_model_conv(act_gr), batch()
+    twin = copy.deepcopy(model)
+    for m in model.modules(): lsuv_init(model, m, xb)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    for mean, std in outputs(model, convs, xb): assert abs(mean - 0.5) < 1e-3 and abs(std - 1) < 1e-3
+    for layer in twin[:4]: lsuv_init(twin, layer[1], layer[0], xb)
+    for mean, std in outputs(twin, [l[1] for l in twin[:4]], xb): assert abs(mean) < 1e-3 and abs(std - 1) < 1e-3
+    assert LSUVInitCB().kwargs['targ_mean'] == 0 and LSUVInitCB(targ_mean=0.5).kwargs['targ_mean'] == 0.5
 
 def test_lsuv_one_pass_when_measured_at_the_layer():
     "Measured at the layer, one rescaling reaches the targets: the second pass only confirms"
@@ -52,7 +64,7 @@ def test_lsuv_after_an_activation():
     model, xb = get_model_conv(act_gr), batch()
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        for layer in model[:4]: lsuv_init(model, layer[0], xb, measurement_module=layer[1])
+        for layer in model[:4]: lsuv_init(model, layer[0], xb, measurement_module=layer[1], targ_mean=0)
     for mean, std in outputs(model, [l[1] for l in model[:4]], xb): assert abs(mean) < 1e-3 and abs(std - 1) < 1e-3
 
 def test_lsuv_miniai_argument_order():
@@ -61,7 +73,7 @@ def test_lsuv_miniai_argument_order():
     model, xb = get_model_conv(act_gr), batch()
     twin = copy.deepcopy(model)
     for layer, other in zip(model[:4], twin[:4]):
-        ours = lsuv_init(model, layer[0], xb, measurement_module=layer[1])
+        ours = lsuv_init(model, layer[0], xb, measurement_module=layer[1], targ_mean=0)
         assert lsuv_init(twin, other[1], other[0], xb) == ours
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
 
@@ -78,14 +90,14 @@ def test_lsuv_changes_only_the_layer():
 def test_lsuv_runs_in_float32_under_autocast():
     torch.manual_seed(0)
     model, xb = get_model_conv(), batch()
-    with torch.autocast('cpu', dtype=torch.bfloat16): mean, std = lsuv_init(model, model[1][0], xb)
+    with torch.autocast('cpu', dtype=torch.bfloat16): mean, std = lsuv_init(model, model[1][0], xb, targ_mean=0)
     (m, s), = outputs(model, [model[1][0]], xb)
     assert abs(m) < 1e-3 and abs(s - 1) < 1e-3 and (mean, std) == pytest.approx((m, s), abs=1e-6)
 
 def test_lsuv_warns_when_it_cannot_get_there():
     model, xb = get_model_conv(), batch()
     with pytest.warns(UserWarning, match=r"after 3 passes the output of `0.1` \(after `0.0`\) .* A ReLU's output cannot have mean 0"):
-        lsuv_init(model, model[0][0], xb, measurement_module=model[0][1], max_loops=3)
+        lsuv_init(model, model[0][0], xb, measurement_module=model[0][1], targ_mean=0, max_loops=3)
 
 def test_lsuv_errors_and_skips():
     model, xb = get_model_conv(), batch()

@@ -61,6 +61,16 @@ def test_minibatch_c36_c37_accuracy():
     acc = accuracy(preds, tensor([1, 0, 0, 0]))
     assert isinstance(acc, torch.Tensor) and acc.item() == 0.75
 
+def test_minibatch_dataset_and_get_dls():
+    "notebook 04: `train_ds, valid_ds = Dataset(x_train, y_train), Dataset(x_valid, y_valid)`, then `get_dls`"
+    xs, ys = torch.randn(600, 784), torch.randint(0, 10, (600,))
+    train_ds, valid_ds = Dataset(xs[:500], ys[:500]), Dataset(xs[500:], ys[500:])
+    assert len(train_ds) == 500 and all(torch.equal(a, b) for a, b in zip(train_ds[[4, 5, 6]], (xs[[4, 5, 6]], ys[[4, 5, 6]])))
+    train_dl, valid_dl = get_dls(train_ds, valid_ds, 50)
+    xb, yb = next(iter(valid_dl))
+    assert torch.equal(xb, xs[500:600]) and torch.equal(yb, ys[500:600])
+    with pytest.raises(ValueError, match='500 inputs and 499 targets'): Dataset(xs[:500], ys[:499])
+
 def test_convolutions_c74_c75_get_dls_collate_device():
     xs, ys = torch.randn(600, 1, 28, 28), torch.randint(0, 10, (600,))
     train_ds, valid_ds = torch.utils.data.TensorDataset(xs[:500], ys[:500]), torch.utils.data.TensorDataset(xs[500:], ys[500:])
@@ -516,6 +526,8 @@ def test_augment_c31_c32_show_image_batch():
     learn = TrainLearner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[SingleBatchCB(), augcb])
     learn.show_image_batch(max_n=16, imsize=1.5)
     assert n_axes() == 16 and tuple(plt.gcf().get_size_inches()) == (6, 6)
+    xb, yb = learn.batch  # the course's learner keeps the batch it showed
+    assert xb.shape == (256, 1, 28, 28) and torch.equal(xb, learn.peek_batch()[0])  # flipped by augcb, as shown
 
 def test_augment_c39_c44_capture_preds_tta():
     dls = fast_dls(transformi, 256, 1000, 500)
@@ -557,5 +569,6 @@ def test_augment_c78_c81_capture_preds_callback_ensemble():
         learn.fit(1, train=False, cbs=cp)
         cps.append(cp)
     assert cps[0].all_preds.shape == (500, 10) and torch.equal(cps[0].all_targs, cps[1].all_targs)
+    assert cps[0].all_inps.shape[0] == 500  # the course's CapturePreds keeps the inputs too
     ap = torch.stack([cps[0].all_preds, cps[1].all_preds]).mean(0).argmax(1)
     assert 0.3 < (ap == cps[0].all_targs).float().mean().item()

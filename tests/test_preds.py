@@ -54,8 +54,17 @@ def test_extra_callbacks_for_the_passes_only():
 def test_capture_preds_cb_in_a_fit():
     t, x, y = make()
     cp = CapturePreds(inps=True)
-    assert CapturePreds is CapturePredsCB
+    assert issubclass(CapturePreds, CapturePredsCB)
     t.fit(1, lr=0., callbacks=cp)  # training batches (shuffled) then validation batches
     assert cp.all_preds.shape == (100, 3) and cp.all_inps.shape == (100, 1, 4, 6)
     assert torch.equal(cp.all_targs[50:], y) and torch.equal(cp.all_targs[:50].sort().values, y.sort().values)
     assert CapturePredsCB().inps is False
+
+def test_the_course_s_capture_preds_keeps_the_inputs():
+    "miniai's `CapturePreds` always keeps `all_inps`; aisaac's `CapturePredsCB` only when asked"
+    t, x, y = make()
+    cp, cb = CapturePreds(), CapturePredsCB()
+    t.fit(1, train=False, callbacks=[cp, cb])
+    assert torch.equal(cp.all_inps, x) and torch.equal(cp.all_targs, y) and cp.all_preds.shape == (50, 3)
+    assert cb.all_inps is None and torch.equal(cb.all_preds, cp.all_preds)
+    assert CapturePreds(inps=False).inps is False

@@ -14,6 +14,7 @@ from aisaac.models import get_model_conv
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB, DeviceCB
 from aisaac.callbacks.summary import ModelSummary
+from aisaac.callbacks.augment import UnNormalize
 
 
 def image_dls(n=48, bs=16, seed=0, loader='torch'):
@@ -194,6 +195,8 @@ def test_show_image_batch_is_the_prepared_batch_unnormalised_with_class_names():
     assert [ax.get_title() for ax in axs] == [dls.classes[y] for y in yb[:5].tolist()]
     np.testing.assert_allclose(axs[0].images[0].get_array(), (xb[0, 0] * XSTD + XMEAN).numpy(), atol=1e-6)
     plt.close(fig)
+    t.show_image_batch(max_n=2, denorm=UnNormalize(XMEAN, XSTD))  # an in-place denorm leaves the trainer's batch alone
+    assert torch.equal(t.batch[0], xb)
     t.show_image_batch(max_n=2, denorm=lambda x: x * 0)  # an explicit denorm wins
     assert plt.gcf().axes[0].images[0].get_array().max() == 0
     plt.close('all')

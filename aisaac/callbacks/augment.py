@@ -41,10 +41,10 @@ class BatchTransformCB(Callback):
 
 # %% ../../nbs/callbacks/58_augment.ipynb #1f8cf4aa
 class BatchAugmentationCB(BatchTransformCB):
-    "Apply `tfms[i]` to item `i` of each training batch (inputs first, then targets): one transform per item, `None` for none"
+    "Apply `tfms[i]` to item `i` of each batch (inputs first, then targets): one transform per item, `None` for none"
     def __init__(self, tfms, # a transform per item of the batch, or one transform for the inputs
                  on_train:bool=True, # transform training batches
-                 on_valid:bool=False): # transform validation batches
+                 on_valid:bool=True): # transform validation batches (`False` for an augmentation)
         self.tfms = list(tfms) if isinstance(tfms, (list, tuple)) else [tfms]
         if not all(t is None or callable(t) for t in self.tfms):
             raise TypeError(f"BatchAugmentationCB needs callables (or `None`), one per item of the batch, got {tfms!r}")
@@ -188,13 +188,16 @@ class RandCopy(_BoxAugment):
 
 # %% ../../nbs/callbacks/58_augment.ipynb #b269bda1
 class UnNormalize:
-    "Undo `(x - mean) / std`: `x * std + mean`, per channel"
+    "Undo `(x - mean) / std` in place, per channel: `x` becomes `x * std + mean`, and is returned"
     def __init__(self, mean, # the mean subtracted: a number, or one per channel
                  std): # the standard deviation divided by: a number, or one per channel
         self.mean, self.std = mean, std
-    def __call__(self, x): # an image C x H x W or a batch N x C x H x W
-        "`x` as it was before normalising"
+    def __call__(self, x): # an image C x H x W or a batch N x C x H x W, of floats; changed in place
+        "`x`, changed in place to what it was before normalising"
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            raise TypeError(f"UnNormalize works in place on a tensor of floats, got {type(x).__name__}"
+                            f"{'' if not isinstance(x, torch.Tensor) else f' of {x.dtype}'}: convert it first, e.g. `x.float()`")
         mean, std = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (self.mean, self.std))
         if mean.ndim: mean = mean[:, None, None]
         if std.ndim: std = std[:, None, None]
-        return x * std + mean
+        return x.mul_(std).add_(mean)

@@ -29,12 +29,15 @@ def lsuv_init(model:nn.Module, # the whole model, run on `xb`
               module:nn.Module, # the layer whose weight is rescaled and bias shifted
               xb:torch.Tensor, # a batch of inputs, on the model's device
               measurement_module:nn.Module=None, # where the output is measured (e.g. the activation after `module`); default `module`
-              targ_mean:float=0., # the mean to reach
+              targ_mean:float=None, # the mean to reach; default AIsaac's 0.5, or miniai's 0 when called as `lsuv_init(model, m, m_in, xb)`
               target_std:float=1., # the standard deviation to reach
               max_loops:int=100, # the most passes to make
               tol:float=1e-3): # how close to the targets is close enough
     "Rescale `module`'s weight and shift its bias until `measurement_module`'s output on `xb` has mean `targ_mean` and std `target_std`"
-    if isinstance(xb, nn.Module): module, measurement_module, xb = xb, module, measurement_module  # miniai's `lsuv_init(model, m, m_in, xb)`
+    if isinstance(xb, nn.Module):  # miniai's `lsuv_init(model, m, m_in, xb)`, which aims at mean 0
+        module, measurement_module, xb = xb, module, measurement_module
+        if targ_mean is None: targ_mean = 0.
+    if targ_mean is None: targ_mean = 0.5  # AIsaac's default
     if not isinstance(module, nn.Module): raise TypeError(f"lsuv_init: `module` must be a layer of the model (an `nn.Module`), got {module!r}")
     weight, bias = getattr(module, 'weight', None), getattr(module, 'bias', None)
     if not isinstance(weight, torch.Tensor): return None  # nothing to rescale (containers, activations)
@@ -69,8 +72,8 @@ _layers = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
     def __init__(self, modules=None, # layers in order: modules, `(module, measurement_module)` pairs, or a function of the model giving them; default every conv and linear layer
-                 **kwargs): # passed to `lsuv_init`: `targ_mean`, `target_std`, `max_loops`, `tol`
-        self.modules, self.kwargs, self.done, self.stats, self._before = modules, kwargs, False, {}, None
+                 **kwargs): # passed to `lsuv_init`: `targ_mean` (here 0 unless given), `target_std`, `max_loops`, `tol`
+        self.modules, self.kwargs, self.done, self.stats, self._before = modules, {'targ_mean': 0., **kwargs}, False, {}, None
 
     def before_fit(self, trainer):
         "Initialise again if the weights were put back as they were before the initialisation (as an LR-finder sweep does)"

@@ -55,8 +55,9 @@ def show_image_batch(self:Trainer, max_n:int=9, # how many images to show
                      denorm=None, # a function from inputs to images, or `(mean, std)`; default: found on the trainer
                      **kwargs): # passed to `show_images`: `ncols`, `imsize`, `cmap`, `title`...
     "Show the first `max_n` images of a batch as the model receives it, un-normalised and titled with their classes"
-    xb, yb = self.peek_batch(train, callbacks=callbacks)[:2]
-    xb, yb = xb[:max_n].detach().float().cpu(), yb[:max_n].cpu()
+    self.batch = self.peek_batch(train, callbacks=callbacks)  # left on the trainer, as miniai's learner leaves `learn.batch`
+    xb, yb = self.batch[:2]
+    xb, yb = xb[:max_n].detach().float().cpu().clone(), yb[:max_n].cpu()  # a copy: a `denorm` may work in place (`UnNormalize`)
     if (f := find_denorm(self, denorm)) is not None: xb = f(xb)
     names = class_names(self.dls)
     titles = [_label(y, names) for y in yb] if yb.ndim == 1 and not yb.is_floating_point() else None
