@@ -95,3 +95,46 @@ def test_a_model_with_its_own_loss_feeds_metrics_and_every_logger(tmp_path, monk
     from mlflow.tracking import MlflowClient
     run = MlflowClient(f'sqlite:///{tmp_path}/m.db').get_run(t.MLflowLogger.run_id)
     assert run.data.metrics['perplexity'] == pytest.approx(t.history.get_latest_metric('perplexity'))
+
+# ---------------------------------------------------------------- a Hugging Face model
+def hf_batches(n, bs, seed=0):
+    "Hugging Face's convention: `labels` are the inputs themselves (the model shifts them): the same tokens as `lm_batches`"
+    return [{'input_ids': torch.cat([b['input_ids'], b['labels'][:, -1:]], 1), 'labels': torch.cat([b['input_ids'], b['labels'][:, -1:]], 1)}
+            for b in lm_batches(n, bs, seed)]
+
+def test_a_hugging_face_gpt2_trains_with_its_own_loss():
+    transformers = pytest.importorskip('transformers', reason="the Hugging Face path needs `transformers` (pip install 'aisaac[transformers]')")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=T + 1, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    dls = types.SimpleNamespace(train=hf_batches(8, 4), valid=hf_batches(3, 4, seed=1))
+    t = Trainer(dls, None, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), MetricsCB(), GradClipCB(1.0)])
+    with torch.no_grad(): before = sum(model(**b).loss.item() for b in dls.valid) / 3
+    t.fit(4, lr=3e-3)
+    assert t.preds.shape == (4, T + 1, V)  # the logits, taken from the model's output
+    model.eval()
+    with torch.no_grad(): after = sum(model(**b).loss.item() for b in dls.valid) / 3  # batches of equal size: the plain mean
+    assert t.history.get_latest_metric('valid_loss') == pytest.approx(after, rel=1e-5)
+    assert after < before - 0.3, (before, after)
+
+# ---------------------------------------------------------------- the rest of the catalogue on sequence batches
+def test_bf16_clipping_compile_and_a_checkpoint_resume_on_a_language_model(tmp_path):
+    "MixedPrecisionCB (bf16 on the CPU), GradClipCB, CompileCB and CheckpointCB on dict batches; the resumed run ends where the straight one does"
+    from aisaac.callbacks.precision import MixedPrecisionCB
+    from aisaac.callbacks.compilation import CompileCB
+    from aisaac.callbacks.savers import CheckpointCB
+    import aisaac.checkpoint  # noqa: F401
+    cbs = lambda: [MetricsCB(perplexity=Perplexity(ignore_index=-100)), MixedPrecisionCB(), GradClipCB(1.0)]
+    straight = trainer(cbs=cbs())
+    straight.fit(steps=12, valid_every=4, lr=1e-2)
+    assert straight.clock.step == 12 and straight.history.get_metric_steps('perplexity') == [4, 8, 12]
+    assert all(math.isfinite(v) for v in straight.history.get_metric_values('valid_loss'))
+    first = trainer(cbs=[*cbs(), CheckpointCB(tmp_path, every='5 steps', every_n_epochs=None)])
+    first.fit(steps=12, valid_every=4, lr=1e-2)
+    resumed = trainer(cbs=cbs())
+    resumed.fit(steps=12, valid_every=4, lr=1e-2, resume_from=tmp_path/sorted(p.name for p in tmp_path.glob('checkpoint_*.pt'))[-1])
+    for pa, pb in zip(straight.model.parameters(), resumed.model.parameters()): assert torch.equal(pa, pb)
+    assert resumed.history.get_metric_values('valid_loss') == straight.history.get_metric_values('valid_loss')
+    compiled = trainer(cbs=[*cbs(), CompileCB()])
+    compiled.fit(steps=4, valid_every=4, lr=1e-2)
+    assert compiled.history.get_latest_metric('valid_loss') == pytest.approx(straight.history.get_metric_values('valid_loss')[0], rel=2e-2)

@@ -9,6 +9,7 @@ __all__ = ['AccelerateCB']
 
 # %% ../../nbs/callbacks/72_accel.ipynb #531ccdf6
 import os
+from collections.abc import Mapping
 import torch
 from .train import BasicTrainCB, DeviceCB
 from ..persist import unwrap_model
@@ -65,8 +66,13 @@ class AccelerateCB(BasicTrainCB):
     def after_predict(self, trainer):
         "In validation, gather the predictions and targets of every process, without the samples that pad the last batches"
         if trainer.model.training: return
-        trainer.preds, targets = self.acc.gather_for_metrics((trainer.preds, trainer.batch[-1]))
-        trainer.batch = (*trainer.batch[:-1], targets)
+        b = trainer.batch
+        if isinstance(b, Mapping):  # a language model's batch: its tensors (labels, attention mask...) gathered by name
+            trainer.preds, gathered = self.acc.gather_for_metrics((trainer.preds, {k: v for k, v in b.items() if isinstance(v, torch.Tensor)}))
+            trainer.batch = {**b, **gathered}
+        else:
+            trainer.preds, targets = self.acc.gather_for_metrics((trainer.preds, b[-1]))
+            trainer.batch = (*b[:-1], targets)
 
     def backward(self, trainer):
         "Compute the gradients through Accelerate: averaged across processes, scaled under fp16"
