@@ -63,3 +63,21 @@ def test_loggers_make_no_file_on_the_other_processes(two):
     out, _ = two
     assert (out/'epochs_0.csv').exists() and (out/'log_0.jsonl').exists()
     assert not (out/'epochs_1.csv').exists() and not (out/'log_1.jsonl').exists()
+
+def test_a_language_model_on_dict_batches_validates_every_token_once(tmp_path):
+    "Dict batches (input_ids, labels) on 2 processes: the gathered validation loss and perplexity are a single process's, over all 50 blocks"
+    import math
+    import accel_lm_run as lm
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(HERE/'accel_lm_run.py'), str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    r0, r1 = (torch.load(tmp_path/f'result_{r}.pt', weights_only=True) for r in range(2))
+    for k in r0['state']: assert torch.equal(r0['state'][k], r1['state'][k]), k
+    model = lm.make_model()
+    model.load_state_dict(r0['state'])
+    ids = lm.Blocks(50, 1).ids
+    with torch.no_grad(): loss = lm.lm_loss(model(ids[:, :-1]), ids[:, 1:]).item()
+    for r in (r0, r1):
+        h = r['history']['epoch']
+        assert h['valid_loss']['values'][-1] == pytest.approx(loss, rel=1e-5)
+        assert h['perplexity']['values'][-1] == pytest.approx(math.exp(loss), rel=1e-4)
