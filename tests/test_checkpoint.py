@@ -83,8 +83,11 @@ def test_ctrl_c_from_a_callback_after_a_checkpoint_then_resume(straight, tmp_pat
 
 def test_sigint_to_a_training_process_then_resume(straight, tmp_path):
     "Ctrl-C (SIGINT) to a process that writes a checkpoint after every batch; its last checkpoint resumes exactly"
+    # A shell without job control starts background jobs with SIGINT ignored (`make test &`, CI runners), and a Python started
+    # so never raises KeyboardInterrupt: the child would train to its end. Ctrl-C reaches a process whose SIGINT is the default.
     p = subprocess.Popen([sys.executable, str(HERE/'checkpoint_run.py'), *map(str, ('checkpoints', 'dataloader', tmp_path, 2, 0.05))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while len(checkpoints(tmp_path)) < 16 and p.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
