@@ -12,6 +12,7 @@ TORCH     ?= torch==2.13.0
 # whose pip would otherwise pick a multi-GB CUDA build.
 TORCH_INDEX ?=
 DATA_DIR  ?= /usr/share/datasets/fashion-mnist
+TEXT_DIR  ?= /usr/share/games/fortunes
 N_WORKERS ?= 2
 DEMO_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
@@ -21,7 +22,7 @@ RUN_ARGS  ?=
 LAB_ARGS  ?=
 # The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need
 # (`docs`: nbclient and ipykernel, to run the notebooks in a real Jupyter kernel).
-EXTRAS    ?= dev,docs,tensorboard,mlflow,onnx,accelerate,transformers
+EXTRAS    ?= dev,docs,text,tensorboard,mlflow,onnx,accelerate,transformers
 # Pages of the rendered site that `make shots` screenshots (paths relative to _docs/).
 PAGES     ?= index.html tutorials/callbacks.html trainer.html
 
@@ -29,12 +30,12 @@ BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.aisaac-installed
 
-.PHONY: help setup venv data docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
+.PHONY: help setup venv data text docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-setup: venv data docs-tools ## create .venv, install CPU torch then aisaac[dev,docs], check the data and pandoc
+setup: venv data text docs-tools ## create .venv, install CPU torch then aisaac[dev,docs...], check the data, the text corpus and pandoc
 
 # The venv is (re)installed when it is missing or incomplete, or when pyproject.toml or the
 # torch pin changed. The stamp holds a hash of those (nbdev-export rewrites pyproject.toml
@@ -67,6 +68,21 @@ data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mn
 	  echo "!!! data: $(DATA_DIR) is missing and apt-get is not usable here;"; \
 	  echo "    set AISAAC_DATA to a folder with the Fashion-MNIST IDX files, or let"; \
 	  echo "    load_fashion_mnist() download them from the Hugging Face hub."; \
+	fi
+
+text: ## make sure the text corpus is available (Debian package fortunes: 2.6 MB of English, BSD licence)
+	@if [ -n "$${AISAAC_TEXT:-}" ]; then \
+	  echo ">>> text: using AISAAC_TEXT=$$AISAAC_TEXT"; \
+	elif [ -f "$(TEXT_DIR)/fortunes" ]; then \
+	  echo ">>> text: found $(TEXT_DIR)"; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo ">>> text: installing fortunes with apt-get"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq fortunes \
+	    || echo "!!! text: apt-get failed; the language-model tutorial and tests need a text corpus (AISAAC_TEXT)"; \
+	else \
+	  echo "!!! text: $(TEXT_DIR) is missing and apt-get is not usable here;"; \
+	  echo "    set AISAAC_TEXT to a folder of fortune files (texts separated by lines holding %)."; \
 	fi
 
 # The docs check renders pages with Quarto when it is installed, otherwise with pandoc (Debian package `pandoc`).

@@ -29,6 +29,7 @@ from .checkpoint import *
 from .data import *
 from .collate import *
 from .learner import *
+from .text import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -55,7 +56,7 @@ from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, clock, overview, trainer, persist, \
-    checkpoint, data, collate, learner, groups
+    checkpoint, data, collate, learner, text, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
     savers, export, accel
@@ -78,6 +79,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     data,
     collate,
     learner,
+    text,
     train,
     metrics,
     progress,

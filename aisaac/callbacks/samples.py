@@ -14,6 +14,7 @@ from ..utils import try_print
 from ..clock import Every
 from ..callback import Callback
 from ..persist import unwrap_model
+from ..models import sample_next
 import aisaac.checkpoint  # the `after_load_checkpoint` event, where a resumed run's `every` starts again
 from .train import _logits
 
@@ -26,13 +27,8 @@ def sample_tokens(model, # a causal language model: `model(ids)` gives logits (B
                   block_size:int=None): # the longest context the model takes (the last tokens are kept)
     "Continue `idx` by `max_new_tokens` tokens, each sampled from the model's distribution of the next token"
     for _ in range(max_new_tokens):
-        logits = _logits(model(idx if block_size is None else idx[:, -block_size:]))[:, -1, :].float()
-        if temperature == 0: nxt = logits.argmax(-1, keepdim=True)
-        else:
-            logits = logits / temperature
-            if top_k is not None: logits[logits < torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]] = -float('inf')
-            nxt = torch.multinomial(torch.softmax(logits, -1), 1)
-        idx = torch.cat([idx, nxt], 1)
+        logits = _logits(model(idx if block_size is None else idx[:, -block_size:]))[:, -1, :]
+        idx = torch.cat([idx, sample_next(logits, temperature, top_k)], 1)
     return idx
 
 # %% ../../nbs/callbacks/69_samples.ipynb #102f0c8c

@@ -1,0 +1,121 @@
+"""The text pipeline (aisaac.text) and the GPT on it: the corpus split by document, the tokenizer, packing, the caches and
+their trust rules, dict batches, and training: a fit of steps, exact mid-epoch resume, accumulation, samples."""
+import math, os, warnings
+import pytest, torch
+from aisaac.data import DataNotFoundError
+from aisaac.text import load_text_corpus, read_fortunes, train_tokenizer, pack_tokens, text_dataloaders, decode, text_dir, EOT
+from aisaac.models import get_model_gpt, lm_loss
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
+from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+from aisaac.callbacks.savers import CheckpointCB
+from aisaac.callbacks.samples import SampleCB
+import aisaac.checkpoint  # noqa: F401
+
+pytest.importorskip('tokenizers', reason="the text pipeline needs Hugging Face `tokenizers` (pip install 'aisaac[text]')")
+try: text_dir()
+except DataNotFoundError as e: pytest.skip(f"no text corpus here: {e}", allow_module_level=True)
+
+@pytest.fixture(scope='module')
+def dsd(): return load_text_corpus()
+
+@pytest.fixture(scope='module')
+def tok(dsd): return train_tokenizer(dsd['train'], vocab_size=512)
+
+def test_the_split_is_by_whole_document_and_seeded(dsd):
+    train, valid = list(dsd['train']['text']), list(dsd['valid']['text'])
+    n = sum(len(read_fortunes(f)) for f in text_dir().iterdir() if f.is_file() and not f.suffix)
+    assert len(train) + len(valid) == n and len(valid) == round(n * 0.1)
+    assert set(valid) - set(train)  # held-out texts the training set lacks (a few texts are in the package twice)
+    assert list(load_text_corpus(seed=42)['valid']['text']) == valid
+    assert set(dsd['train']['source']) >= {'fortunes', 'science', 'literature'}
+
+def test_a_missing_corpus_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv('AISAAC_TEXT', str(tmp_path))
+    with pytest.raises(DataNotFoundError, match=r'apt-get install fortunes.*AISAAC_TEXT'): load_text_corpus()
+    (tmp_path/'mine').write_text('First text.\n%\nSecond\ntext.\n%\n%\nThird.\n')
+    assert read_fortunes(tmp_path/'mine') == ['First text.', 'Second\ntext.', 'Third.']
+    d = load_text_corpus(valid_pct=0.34)
+    assert len(d['train']) == 2 and len(d['valid']) == 1
+
+def test_the_tokenizer_round_trips_any_text_and_is_cached(dsd, tok, tmp_path, monkeypatch):
+    s = 'Quoth the Raven, "Nevermore."\n\t42 ≠ 43 ☃'
+    assert tok.get_vocab_size() == 512 and tok.decode(tok.encode(s).ids) == s
+    assert tok.encode(EOT).ids == [tok.token_to_id(EOT)]
+    monkeypatch.setenv('AISAAC_CACHE', str(tmp_path))
+    texts = list(dsd['valid']['text'])[:300]
+    a = train_tokenizer(texts, vocab_size=300)
+    (fn,) = (tmp_path/'text').glob('tokenizer-*.json')
+    assert train_tokenizer(texts, vocab_size=300).to_str() == a.to_str()
+    fn.write_text('{not json')  # a damaged cache: ignored with a warning, trained again, written again
+    with pytest.warns(UserWarning, match='unreadable tokenizer cache'): b = train_tokenizer(texts, vocab_size=300)
+    assert b.to_str() == a.to_str() and train_tokenizer(texts, vocab_size=300).to_str() == a.to_str()
+    with pytest.raises(ValueError, match='at least 258'): train_tokenizer(texts, vocab_size=100)
+
+def test_packing_joins_documents_with_end_of_text_and_cuts_blocks(dsd, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv('AISAAC_CACHE', str(tmp_path))
+    texts = list(dsd['valid']['text'])[:200]
+    blocks = pack_tokens(texts, tok, block_size=16)
+    ids = [i for t in texts for i in (*tok.encode(t).ids, tok.token_to_id(EOT))]
+    assert blocks.shape == (len(ids) // 17, 17) and blocks.flatten().tolist() == ids[:blocks.numel()]
+    (fn,) = (tmp_path/'text').glob('tokens-*.pt')
+    torch.save({'not': 'a tensor'}, fn)  # a cache holding something else: ignored, tokenized again
+    with pytest.warns(UserWarning, match='holds no 1-d int64 tensor'): again = pack_tokens(texts, tok, block_size=16)
+    assert torch.equal(again, blocks)
+
+def test_dict_batches_shift_by_one_and_the_hugging_face_convention(dsd, tok):
+    dls = text_dataloaders(dsd, tok, block_size=32, bs=8, seed=0)
+    b = next(iter(dls.train))
+    assert set(b) == {'input_ids', 'labels'} and b['input_ids'].shape == (8, 32)
+    assert torch.equal(b['input_ids'][:, 1:], b['labels'][:, :-1])
+    v = next(iter(dls.valid))
+    assert decode(tok, torch.cat([v['input_ids'][0], v['labels'][0, -1:]])).startswith(list(dsd['valid']['text'])[0][:20])
+    h = next(iter(text_dataloaders(dsd, tok, block_size=32, bs=8, hf_labels=True).valid))
+    assert h['input_ids'].shape == (8, 33) and torch.equal(h['labels'], h['input_ids'])
+    with pytest.raises(KeyError, match="needs the splits 'train' and 'valid'"): text_dataloaders({'train': dsd['train']}, tok)
+
+# ---------------------------------------------------------------- the GPT on real text
+def small(dsd, tok, cbs=(), bs=8, seed=0):
+    torch.manual_seed(0)
+    dls = text_dataloaders(dsd, tok, block_size=32, bs=bs, seed=seed)
+    dls.train.tensors = (dls.train.tensors[0][:24 * 8],)  # 24 batches of 8 blocks an epoch
+    dls.valid.tensors = (dls.valid.tensors[0][:32],)
+    dls.train.n, dls.valid.n = 24 * 8, 32
+    model = get_model_gpt(tok.get_vocab_size(), n_layer=2, n_head=2, d_model=32, block_size=32)
+    return Trainer(dls, lm_loss, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), MetricsCB(), GradClipCB(1.0), *cbs])
+
+def test_a_gpt_learns_the_text_in_a_run_of_steps(dsd, tok):
+    t = small(dsd, tok, [WarmupCosineSchedulerCB(warmup=10)])
+    t.fit(steps=60, valid_every=30, lr=3e-3)
+    assert t.clock.step == 60 and t.history.get_metric_steps('valid_loss') == [30, 60]
+    first, last = t.history.get_metric_values('valid_loss')
+    assert last < first < math.log(512) - 0.5, (first, last)
+
+def test_mid_epoch_resume_of_the_gpt_is_bit_identical(dsd, tok, tmp_path):
+    straight = small(dsd, tok, [WarmupCosineSchedulerCB(warmup=5)])
+    straight.fit(steps=40, valid_every=20, lr=3e-3)
+    first = small(dsd, tok, [WarmupCosineSchedulerCB(warmup=5), CheckpointCB(tmp_path, every='13 steps', every_n_epochs=None)])
+    first.fit(steps=40, valid_every=20, lr=3e-3)
+    last = sorted(tmp_path.glob('checkpoint_*.pt'))[-1]  # step 39: inside the second epoch of 24 batches
+    resumed = small(dsd, tok, [WarmupCosineSchedulerCB(warmup=5)])
+    resumed.fit(steps=40, valid_every=20, lr=3e-3, resume_from=last)
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()): assert torch.equal(a, b), k
+    assert resumed.history.get_metric_values('valid_loss') == straight.history.get_metric_values('valid_loss')
+
+def test_four_accumulated_micro_batches_of_the_gpt_equal_one_batch_four_times_as_large(dsd, tok):
+    big = small(dsd, tok, bs=8)
+    big.fit(steps=6, lr=3e-3, valid=False)
+    acc = small(dsd, tok, [GradAccumCB(4)], bs=2)
+    acc.fit(steps=6, lr=3e-3, valid=False)
+    assert acc.clock.step == big.clock.step == 6 and acc.clock.micro_step == 24
+    for a, b in zip(big.model.parameters(), acc.model.parameters()): torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)  # AdamW steps of about 3e-3 each
+
+def test_samples_while_training_leave_training_unchanged(dsd, tok):
+    plain = small(dsd, tok)
+    plain.fit(steps=20, lr=3e-3, valid=False)
+    sampled = small(dsd, tok, [s := SampleCB('The meaning of life', tok, every='10 steps', max_new_tokens=12)])
+    sampled.fit(steps=20, lr=3e-3, valid=False)
+    assert [step for step, _ in s.samples] == [10, 20] and all(len(tok.encode(x).ids) >= 6 for _, x in s.samples)
+    for a, b in zip(plain.model.parameters(), sampled.model.parameters()): assert torch.equal(a, b)
