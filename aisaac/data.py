@@ -246,8 +246,9 @@ class TensorLoader:
         if self.shuffle: idxs = torch.randperm(self.n, generator=self.generator).to(self.tensors[0].device)
         for i in range(0, len(self) * self.bs, self.bs):  # `index_select` copies; a slice would be a view, so it is cloned
             b = tuple(t.index_select(0, idxs[i:i+self.bs]) if self.shuffle else t[i:i+self.bs].clone() for t in self.tensors)
-            if self.pin_memory: b = tuple(o.pin_memory() for o in b)
-            yield b if self.tfm is None else self.tfm(b)
+            if self.tfm is not None: b = self.tfm(b)
+            if self.pin_memory: b = tuple(o.pin_memory() if isinstance(o, torch.Tensor) and o.device.type == 'cpu' else o for o in b)
+            yield b  # pinned after `tfm`, so that what `DeviceCB` copies is pinned
 
 # %% ../nbs/30_data.ipynb #1ea52d4d
 def valid_split(dsd:DatasetDict): # the splits to choose from

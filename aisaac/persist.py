@@ -49,14 +49,14 @@ def atomic_save(obj, # tensors and plain Python values
 
 # %% ../nbs/21_persist.ipynb #d355f0c4
 def rng_state(generators=()): # extra `torch.Generator`s to include, e.g. a loader's
-    "The states of Python's, NumPy's and PyTorch's random number generators (CPU, and CUDA when present), and of `generators`"
+    "The states of Python's, NumPy's and PyTorch's random number generators (CPU, and CUDA once this process has used it), and of `generators`"
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {'python': {'version': version, 'state': torch.tensor(internal, dtype=torch.int64), 'gauss': gauss},
             'numpy': {'kind': kind, 'keys': torch.from_numpy(keys.astype(np.int64)), 'pos': int(pos),
                       'has_gauss': int(has_gauss), 'cached': float(cached)},
             'torch': torch.get_rng_state(),
-            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],  # CUDA unused: none, and no GPU context made
             'generators': [g.get_state() for g in generators]}
 
 def set_rng_state(state:dict, # as returned by `rng_state`

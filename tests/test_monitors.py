@@ -227,7 +227,7 @@ def test_memory_without_psutil_reads_proc(monkeypatch):
     assert monitors._rss() == pytest.approx(with_psutil, rel=0.2)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+@pytest.mark.cuda
 def test_memory_monitor_on_cuda():
     from aisaac.callbacks.train import DeviceCB
     t = trainer(MemoryMonitorCB(), DeviceCB('cuda'))

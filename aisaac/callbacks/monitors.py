@@ -90,7 +90,7 @@ class SpeedMonitorCB(Callback):
     def after_batch(self, trainer):
         "Time this training batch; once the window is full, record the window's throughput"
         if not trainer.model.training: return
-        if self.sync and torch.cuda.is_available(): torch.cuda.synchronize()
+        if self.sync and torch.cuda.is_initialized(): torch.cuda.synchronize()  # (a CPU run makes no GPU context)
         now, c, w = time.perf_counter(), trainer.clock, self.window
         n, tok = c.samples - self.seen[0], c.tokens - self.seen[1]  # this batch's
         self.seen = (c.samples, c.tokens)

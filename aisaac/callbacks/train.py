@@ -12,7 +12,7 @@ import collections.abc, math
 import torch
 from fastcore.basics import patch
 from ..callback import Callback, CancelFitException
-from ..utils import def_device, to_device
+from ..utils import def_device, exact_device, to_device
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26
 _unread = object()  # no loader yet
@@ -178,12 +178,14 @@ class DeviceCB(Callback):
     def __init__(self, device=None): # where to train; default `def_device` (the GPU when there is one)
         self.device = torch.device(def_device if device is None else device)
     def before_fit(self, trainer):
-        "Move the model to the device"
+        "Move the model to the device (`cuda` is made exact, e.g. `cuda:0`, as the device of a tensor there reads)"
+        self.device = exact_device(self.device)
         trainer.model.to(self.device)
     def before_batch(self, trainer):
         "Move the batch to the device"
         b, d = trainer.batch, self.device
         if type(b) in (tuple, list) and len(b) == 2 and getattr(b[0], 'device', None) == d and getattr(b[1], 'device', None) == d: return  # there already
+        if d.index is None and d.type != 'cpu': d = self.device = exact_device(d)  # set since `before_fit`, e.g. by `AccelerateCB`
         trainer.batch = to_device(b, d, non_blocking=d.type == 'cuda')
 
 # %% ../../nbs/callbacks/40_train.ipynb #d7fbdfd7

@@ -1,0 +1,316 @@
+#!/usr/bin/env python
+"""aisaac on a GPU: the loop's per-batch cost against a raw loop and a CUDA graph, the vision recipe in float32, float16
+(with the gradient scaler), bfloat16 and compiled, and the tutorial's data paths. Runs on the CPU too (`--device cpu`,
+the smoke test), where the GPU-only variants are left out.
+
+1. loop        tiny MLP 20-64-10, 20k rows already on the device (`TensorLoader(device=...)`), SGD, batch 64, one
+               training epoch per timing (the epoch's batches, between two device syncs): where Python's per-batch
+               overhead shows, since the GPU's work per batch is a few microseconds.
+                 raw loop        zero_grad/forward/loss/backward/step written out, over the same loader
+                 BasicTrainCB    Trainer with BasicTrainCB only
+                 CoreCBs         CoreCBs(progress=False, activation_stats=False): DeviceCB, BasicTrainCB, MetricsCB
+                                 ("CoreCBs minus the display", as in bench/overhead.py)
+                 CUDA graph      (GPU only) the whole step captured once in a `torch.cuda.CUDAGraph` and replayed per
+                                 batch after copying the batch into its static inputs: the floor of any Python loop
+2. recipe      the vision tutorial's recipe (bench/vision.py: ResNet in channels-last, AdamW, one cycle stepped per
+               batch, random crop and flip on the device, batch 256, the fast `TensorLoader` on the CPU), `--batches`
+               training batches per timing, raw loop against aisaac in each precision:
+                 float32         no autocast
+                 float16         autocast float16 with a gradient scaler (`MixedPrecisionCB(torch.float16)`)
+                 bfloat16        autocast bfloat16 (`MixedPrecisionCB(torch.bfloat16)`)
+                 compiled        the device's default precision (float16 on a GPU, bfloat16 on a CPU) and
+                                 `torch.compile` (inductor; `CompileCB()` for aisaac). GPU only, unless `--compile`
+3. data        the tutorial (aisaac, `MixedPrecisionCB()`) on Fashion-MNIST through its data paths:
+                 PIL, N workers  the Hugging Face dataset with the PIL transform, torch DataLoader, `--workers` workers
+                                 (pinned on a GPU)
+                 fast, CPU       the tensors converted once (`fast=True`), batches on the CPU, copied per batch
+                 fast, pinned    the same, in pinned memory, copied `non_blocking` (GPU only)
+                 fast, on GPU    the tensors moved to the GPU once (`device='cuda'`): no copy per batch (GPU only)
+
+Method (as bench/overhead.py and bench/vision.py): all variants in one process, interleaved in a new random order each
+repeat, after a warm-up of each (cuDNN's choices, compilation); figures are medians over the repeats, and a ratio is
+the median of the per-repeat ratios to the raw loop of the same repeat (recipe: of the same precision), which cancels
+slow drifts of the machine. Peak memory is `torch.cuda.max_memory_allocated` over the timed batches (GPU only).
+The recipe's models persist across repeats (one per variant), so compiled graphs are reused; each repeat makes a new
+optimizer and schedule, as a new fit does.
+
+Run: `python bench/gpu.py` on a machine with a GPU (a few minutes, compilation included); on a CPU it times fewer and
+shorter repeats (about 2 minutes on 2 cores: float16 autocast is slow there), and `--device cpu --quick` is the smoke
+test (about 30 s). `--sections loop recipe data` picks tables; on a CPU, torch runs 1 thread unless `--threads`.
+"""
+import argparse, copy, random, re, statistics, sys, time, warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
+
+import torch
+from torch import nn
+from torcheval.metrics import MulticlassAccuracy
+
+from _common import machine, tfm
+from aisaac.callback import Callback, CancelFitException
+from aisaac.trainer import Trainer
+from aisaac.data import DataLoaders, TensorLoader, load_fashion_mnist, sample_dataset_dict
+from aisaac.groups import CoreCBs
+from aisaac.models import get_model_resnet
+from aisaac.utils import set_seed
+from aisaac.callbacks.train import BasicTrainCB, DeviceCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.precision import MixedPrecisionCB
+from aisaac.callbacks.compilation import CompileCB
+from aisaac.callbacks.augment import BatchAugmentationCB, RandomCrop, RandomHorizontalFlip
+
+N_ROWS, N_IN, N_HID, N_OUT, MLP_LR = 20_000, 20, 64, 10, 0.01
+BS, LR, EPOCHS = 256, 1e-2, 10  # the recipe's schedule is laid out for the tutorial's 10 epochs; a timing trains its first batches
+MiB = 2**20
+
+def sync(dev):
+    if dev.type == 'cuda': torch.cuda.synchronize(dev)
+
+def reset_peak(dev):
+    if dev.type == 'cuda': torch.cuda.reset_peak_memory_stats(dev)
+
+def peak(dev): return torch.cuda.max_memory_allocated(dev) / MiB if dev.type == 'cuda' else None
+
+def mib(m): return '-' if m is None else f'{m:,.0f}'
+
+def core_cbs(dev):
+    "CoreCBs minus the display, and without activation statistics (as bench/overhead.py's `CoreCBs`); its epoch row not printed"
+    cbs = CoreCBs(dev, progress=False, activation_stats=False).callbacks
+    for cb in cbs:
+        if isinstance(cb, MetricsCB): cb.show = False
+    return cbs
+
+class Timer(Callback):
+    "Time the training pass from its start to the end of its `n`-th batch (between device syncs), then cancel the fit"
+    order = 1000
+    def __init__(self, dev, n=None): self.dev, self.n = dev, n
+    def before_train(self, t):
+        self.i = 0
+        sync(self.dev); self.t0 = time.perf_counter()
+    def after_batch(self, t):
+        self.i += 1
+        if self.i == self.n: self._stop(); raise CancelFitException()
+    def after_train(self, t): self._stop()
+    def _stop(self):
+        sync(self.dev); self.secs = time.perf_counter() - self.t0
+
+# --- 1. the loop's per-batch cost -------------------------------------------------------------------------------------
+
+def mlp(): return nn.Sequential(nn.Linear(N_IN, N_HID), nn.ReLU(), nn.Linear(N_HID, N_OUT))
+
+def mlp_loader(dev, bs, seed):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(N_ROWS, N_IN, generator=g), torch.randint(0, N_OUT, (N_ROWS,), generator=g)
+    return TensorLoader(x, y, bs=bs, shuffle=True, drop_last=True, seed=seed, device=dev)  # static shapes, for the graph
+
+def loop_raw(model, dl, dev):
+    opt, lf = torch.optim.SGD(model.parameters(), lr=MLP_LR), nn.CrossEntropyLoss()
+    sync(dev); t0 = time.perf_counter()
+    for xb, yb in dl:
+        loss = lf(model(xb), yb)
+        loss.backward(); opt.step(); opt.zero_grad()
+    sync(dev)
+    return time.perf_counter() - t0
+
+def loop_aisaac(cbs):
+    def run(model, dl, dev):
+        timer = Timer(dev)
+        t = Trainer(DataLoaders(dl, dl), nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[*cbs(dev), timer])
+        t.fit(1, lr=MLP_LR, valid=False)
+        return timer.secs
+    return run
+
+def loop_graph(model, dl, dev):
+    "The step captured in a CUDA graph (PyTorch's whole-network capture recipe); per batch: copy into static inputs, replay"
+    opt, lf = torch.optim.SGD(model.parameters(), lr=MLP_LR), nn.CrossEntropyLoss()
+    xb, yb = next(iter(dl))
+    sx, sy = xb.clone(), yb.clone()
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):  # warm-up on a side stream, as capture wants
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True); lf(model(sx), sy).backward(); opt.step()
+    torch.cuda.current_stream(dev).wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        lf(model(sx), sy).backward(); opt.step()
+    sync(dev); t0 = time.perf_counter()
+    for xb, yb in dl:
+        sx.copy_(xb); sy.copy_(yb); g.replay()
+    sync(dev)
+    return time.perf_counter() - t0
+
+def section_loop(dev, repeats, bs=64):
+    variants = {'raw loop': loop_raw,
+                'BasicTrainCB': loop_aisaac(lambda d: [BasicTrainCB()]),
+                'CoreCBs': loop_aisaac(core_cbs)}
+    if dev.type == 'cuda': variants['CUDA graph'] = loop_graph
+    set_seed(0)
+    base = mlp().to(dev)
+    n_batches = len(mlp_loader(dev, bs, 0))
+    for f in variants.values(): f(copy.deepcopy(base), mlp_loader(dev, bs, 0), dev)  # warm-up
+    times = {k: [] for k in variants}
+    for r in range(repeats):
+        for k in random.sample(list(variants), len(variants)):
+            times[k].append(variants[k](copy.deepcopy(base), mlp_loader(dev, bs, r), dev))
+    print(f"\n## 1. loop: tiny MLP {N_IN}-{N_HID}-{N_OUT}, {N_ROWS} rows on {dev.type}, SGD, batch {bs}, {n_batches} batches per epoch, "
+          f"{repeats} repeats\n")
+    print("| variant      | us/batch | ratio to raw | spread |\n|--------------|----------|--------------|--------|")
+    ratio = {}
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        ratio[k] = statistics.median(a / b for a, b in zip(ts, times['raw loop']))
+        print(f"| {k:<12} | {med / n_batches * 1e6:8.1f} | {ratio[k]:12.3f} | {(max(ts) - min(ts)) / med:6.1%} |")
+    print(f"\n- target: CoreCBs minus the display <= 1.05x the raw loop, data on the device ({dev.type}): "
+          f"{ratio['CoreCBs']:.3f}x -> {'MET' if ratio['CoreCBs'] <= 1.05 else 'MISSED'}")
+    if 'CUDA graph' in ratio:
+        print(f"- the raw loop is {1 / ratio['CUDA graph']:.2f}x the CUDA-graph floor, CoreCBs {ratio['CoreCBs'] / ratio['CUDA graph']:.2f}x "
+              f"(how much of a batch is Python and kernel launches rather than GPU work)")
+
+# --- 2. the vision recipe in each precision ---------------------------------------------------------------------------
+
+def augment(): return nn.Sequential(RandomCrop(28, padding=1, mode='replicate'), RandomHorizontalFlip())
+
+def recipe_raw(state, dl, dev, n, dtype, compiled):
+    "The recipe written out, `n` training batches; seconds per batch"
+    model = state['model']
+    if compiled and 'fwd' not in state: state['fwd'] = torch.compile(model)
+    fwd = state.get('fwd', model)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=EPOCHS * len(dl))
+    scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
+    aug, lf, i = augment(), nn.CrossEntropyLoss(), 0
+    model.train()
+    sync(dev); t0 = time.perf_counter()
+    while True:
+        for xb, yb in dl:
+            xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+            xb = aug(xb)
+            with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss = lf(fwd(xb).float(), yb)
+            if scaler is None: loss.backward(); opt.step()
+            else: scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+            opt.zero_grad(); sched.step()
+            i += 1
+            if i == n:
+                sync(dev)
+                return (time.perf_counter() - t0) / n
+
+def recipe_aisaac(state, dls, dev, n, dtype, compiled):
+    "The tutorial's trainer (without the progress bar), `n` training batches; seconds per batch"
+    if compiled and 'cb' not in state: state['cb'] = CompileCB()  # one CompileCB: its compiled model is reused by the next fits
+    timer = Timer(dev, n)
+    cbs = [DeviceCB(dev), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False), OneCycleSchedulerCB(),
+           BatchAugmentationCB(augment()), timer]
+    if dtype is not None: cbs.append(MixedPrecisionCB(dtype))
+    if compiled: cbs.append(state['cb'])
+    Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, state['model'], callbacks=cbs).fit(EPOCHS, lr=LR, valid=False)
+    return timer.secs / n
+
+def section_recipe(dev, dsd, repeats, n, compile_too, n_warm):
+    default = torch.float16 if dev.type == 'cuda' else torch.bfloat16
+    precisions = {'float32': (None, False), 'float16': (torch.float16, False), 'bfloat16': (torch.bfloat16, False)}
+    if compile_too: precisions[f"compiled ({'fp16' if default == torch.float16 else 'bf16'})"] = (default, True)
+    dls = DataLoaders.from_dataset_dict(dsd, BS, fast=True)
+    set_seed(1)
+    base = get_model_resnet().to(memory_format=torch.channels_last)
+    runs = {(p, impl): {'model': copy.deepcopy(base).to(dev)} for p in precisions for impl in ('raw', 'aisaac')}
+    def run(p, impl, n):
+        dtype, compiled = precisions[p]
+        reset_peak(dev)
+        f = recipe_raw if impl == 'raw' else recipe_aisaac
+        secs = f(runs[p, impl], dls.train if impl == 'raw' else dls, dev, n, dtype, compiled)
+        return secs, peak(dev)
+    t0 = time.perf_counter()
+    for key in runs: run(*key, n_warm)  # warm-up: cuDNN, autocast caches, compilation
+    warm = time.perf_counter() - t0
+    res = {k: [] for k in runs}
+    for r in range(repeats):
+        for key in random.sample(list(runs), len(runs)):
+            set_seed(100 + r)  # the same augmentations and order for every variant of a repeat
+            res[key].append(run(*key, n))
+    print(f"\n## 2. recipe: the vision tutorial's recipe on {dev.type} (ResNet, AdamW, one cycle, channels-last, crop + flip), "
+          f"batch {BS}, fast loader on the CPU (not pinned, as the tutorial), {repeats} repeats of {n} batches "
+          f"(warm-up {warm:.0f} s)\n")
+    print("| precision       | raw ms/batch | aisaac ms/batch | aisaac/raw | raw samples/s | aisaac samples/s | vs float32 | peak MiB raw | peak MiB aisaac |")
+    print("|-----------------|--------------|-----------------|------------|---------------|------------------|------------|--------------|-----------------|")
+    med = {k: statistics.median(s for s, _ in v) for k, v in res.items()}
+    for p in precisions:
+        ratio = statistics.median(a[0] / b[0] for a, b in zip(res[p, 'aisaac'], res[p, 'raw']))
+        pk = [mib(max(m for _, m in res[p, impl]) if dev.type == 'cuda' else None) for impl in ('raw', 'aisaac')]
+        print(f"| {p:<15} | {med[p, 'raw'] * 1e3:12.2f} | {med[p, 'aisaac'] * 1e3:15.2f} | {ratio:10.3f} | {BS / med[p, 'raw']:13,.0f} | "
+              f"{BS / med[p, 'aisaac']:16,.0f} | {med['float32', 'aisaac'] / med[p, 'aisaac']:9.2f}x | {pk[0]:>12} | {pk[1]:>15} |")
+    print("\n(`vs float32`: aisaac's float32 time over this precision's, the speedup; peak memory is the maximum over the repeats)")
+
+# --- 3. the tutorial's data paths ---------------------------------------------------------------------------------------
+
+def section_data(dev, dsd, repeats, n, workers, n_warm):
+    paths = {f'PIL, {workers} workers': dict(num_workers=workers, persistent_workers=workers > 0, pin_memory=dev.type == 'cuda'),
+             'fast, CPU': dict(fast=True)}
+    if dev.type == 'cuda':
+        paths['fast, pinned'] = dict(fast=True, pin_memory=True)
+        paths['fast, on GPU'] = dict(fast=True, device=dev)
+    dls = {k: DataLoaders.from_dataset_dict(dsd, BS, **kw) for k, kw in paths.items()}
+    set_seed(1)
+    base = get_model_resnet().to(memory_format=torch.channels_last)
+    states = {k: {'model': copy.deepcopy(base).to(dev)} for k in paths}
+    def run(k, n):
+        reset_peak(dev)
+        return recipe_aisaac(states[k], dls[k], dev, n, _default(dev), False), peak(dev)
+    for k in paths: run(k, n_warm)  # warm-up (and the workers' start)
+    res = {k: [] for k in paths}
+    for r in range(repeats):
+        for k in random.sample(list(paths), len(paths)):
+            set_seed(100 + r)
+            res[k].append(run(k, n))
+    n_train = len(dsd['train'])
+    print(f"\n## 3. data: the tutorial (aisaac, MixedPrecisionCB() = {str(_default(dev)).split('.')[-1]}) on {dev.type}, "
+          f"Fashion-MNIST ({n_train:,} training images), batch {BS}, {repeats} repeats of {n} batches\n")
+    print("| data path        | ms/batch | samples/s | vs PIL | peak MiB |\n|------------------|----------|-----------|--------|----------|")
+    med = {k: statistics.median(s for s, _ in v) for k, v in res.items()}
+    pil = next(iter(paths))
+    for k in paths:
+        print(f"| {k:<16} | {med[k] * 1e3:8.2f} | {BS / med[k]:9,.0f} | {med[pil] / med[k]:5.2f}x | {mib(max(m for _, m in res[k]) if dev.type == 'cuda' else None):>8} |")
+
+def _default(dev): return torch.float16 if dev.type == 'cuda' else torch.bfloat16
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help="'cuda' (default where there is a GPU) or 'cpu'")
+    p.add_argument('--quick', action='store_true', help='a smoke run: few repeats and batches, a 4,000-image sample')
+    p.add_argument('--repeats', type=int, default=None, help='repeats of each variant (default: loop 21, recipe and data 5 on a GPU; 5 and 3 on a CPU; quick 2)')
+    p.add_argument('--batches', type=int, default=None, help='training batches per timing of the recipe and data tables (default 50 on a GPU, 5 on a CPU, quick 2)')
+    p.add_argument('--workers', type=int, default=None, help='DataLoader workers of the PIL path (default 8 on a GPU, 2 on a CPU)')
+    p.add_argument('--sections', nargs='+', default=['loop', 'recipe', 'data'], choices=['loop', 'recipe', 'data'])
+    p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
+    p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
+    p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
+    args = p.parse_args()
+    warnings.filterwarnings('ignore', message=re.escape('Detected call of `lr_scheduler.step()` before `optimizer.step()`'))  # a float16 step skipped by the scaler
+    dev = torch.device(args.device)
+    if dev.type == 'cuda' and not torch.cuda.is_available(): sys.exit("--device cuda: torch sees no GPU here; use --device cpu for the smoke run")
+    if args.threads or dev.type == 'cpu': torch.set_num_threads(args.threads or 1)
+    gpu = dev.type == 'cuda'
+    loop_reps, reps = (2, 2) if args.quick else (21, 5) if gpu else (5, 3)
+    if args.repeats: loop_reps = reps = args.repeats
+    n, n_warm = args.batches or (2 if args.quick else 50 if gpu else 5), 1 if args.quick else 3
+    workers = args.workers if args.workers is not None else (8 if dev.type == 'cuda' else 2)
+    print(f"# bench/gpu.py on {dev.type}" + (f": {torch.cuda.get_device_name(dev)}, CUDA {torch.version.cuda}" if dev.type == 'cuda' else '')
+          + (' (--quick: a smoke run, not figures)' if args.quick else ''))
+    print(f"# {machine()}")
+    t0 = time.perf_counter()
+    if 'loop' in args.sections: section_loop(dev, loop_reps)
+    if {'recipe', 'data'} & set(args.sections):
+        dsd = load_fashion_mnist()
+        if args.quick: dsd = sample_dataset_dict(dsd, 4000, 500)
+        dsd = dsd.with_transform(tfm)
+        compile_too = (dev.type == 'cuda' and not args.no_compile) or args.compile
+        if 'recipe' in args.sections: section_recipe(dev, dsd, reps, n, compile_too, n_warm)
+        if 'data' in args.sections: section_data(dev, dsd, reps, n, workers, n_warm)
+    print(f"\n# total {time.perf_counter() - t0:.0f} s")
+
+if __name__ == '__main__':
+    main()
