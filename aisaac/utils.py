@@ -22,7 +22,7 @@ def default_device():
 
 def_device = default_device()
 
-# %% ../nbs/00_utils.ipynb #5292c0c4
+# %% ../nbs/00_utils.ipynb #73358498
 def exact_device(device=None): # a `torch.device` or its name, e.g. `'cuda'`; default `def_device`
     "`device` as the `torch.device` that a tensor on it reports: `'cuda'` becomes the current GPU, e.g. `cuda:0`"
     device = torch.device(def_device if device is None else device)
