@@ -6,7 +6,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callback.html.md"""
 
 # %% auto #0
 __all__ = ['Callback', 'CancelException', 'CancelFitException', 'CancelEpochException', 'CancelBatchException',
-           'CancelBackwardException', 'CancelStepException', 'with_cbs']
+           'CancelBackwardException', 'CancelStepException', 'PreemptedException', 'with_cbs']
 
 # %% ../nbs/10_callback.ipynb #6293b19e
 import collections.abc, functools, inspect, os, traceback
@@ -35,6 +35,10 @@ class CancelEpochException(CancelException):    "Raise in a callback to end this
 class CancelBatchException(CancelException):    "Raise in a callback to skip the rest of this batch: `after_batch` is skipped, `cleanup_batch` runs"
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
+
+class PreemptedException(CancelFitException):
+    "The fit ends because the job is being stopped from outside (SIGTERM, SIGUSR1), after a checkpoint: its outcome is `'preempted'`"
+    outcome = 'preempted'
 
 # %% ../nbs/10_callback.ipynb #fcd44a1b
 class with_cbs:
@@ -73,7 +77,7 @@ class with_cbs:
                 else: res = body(o, args, kwargs)
                 o.outcome = 'ok'
                 return res
-            except cancel: o.outcome = 'cancelled'
+            except cancel as e: o.outcome = getattr(e, 'outcome', 'cancelled')  # 'preempted' for a `PreemptedException`
             except BaseException as e:
                 o.outcome, o.exception, err = _outcome(e), e, e
                 raise
@@ -89,8 +93,8 @@ def _phase_events(nm):
     return tuple(f'{o}_{nm}' for o in ('before', 'after', 'cleanup', 'around'))
 
 def _outcome(e):
-    "How a phase ended, for its `cleanup_` handlers: 'cancelled', 'interrupted' or 'error'"
-    if isinstance(e, CancelException): return 'cancelled'
+    "How a phase ended, for its `cleanup_` handlers: 'cancelled' (or 'preempted'), 'interrupted' or 'error'"
+    if isinstance(e, CancelException): return getattr(e, 'outcome', 'cancelled')
     return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
 def _plain_phase(o, f, args, kwargs, events, cancel):

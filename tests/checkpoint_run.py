@@ -3,6 +3,8 @@
     python checkpoint_run.py resume LOADER CHECKPOINT N_EPOCHS OUT [LOADER CHECKPOINT N_EPOCHS OUT ...]
     python checkpoint_run.py checkpoints LOADER DIR N_EPOCHS SLEEP     (CheckpointCB after every batch, SLEEP seconds per batch)
     python checkpoint_run.py kill_mid_save CHECKPOINT MARKER HOW        (HOW: 'half' or 'whole': how much of the second save is written)
+    python checkpoint_run.py preempt LOADER DIR N_EPOCHS SLEEP MARKER  (PreemptionCB(DIR); MARKER counts the training batches done,
+                                                                        MARKER.outcome gets the fit's outcome in its cleanup)
 """
 import sys, time
 from pathlib import Path
@@ -19,7 +21,7 @@ from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
-from aisaac.callbacks.savers import CheckpointCB
+from aisaac.callbacks.savers import CheckpointCB, PreemptionCB
 
 LOADERS = ('dataloader', 'tensorloader', 'seeded')  # torch's shuffled DataLoader; TensorLoader on the global generator, or its own
 
@@ -55,6 +57,16 @@ class Sleep(Callback):
         "Sleep"
         if trainer.training: time.sleep(self.seconds)
 
+class CountBatches(Callback):
+    "Write the number of training batches done to `path` after each one, and the fit's outcome to `path`.outcome at its end"
+    def __init__(self, path): self.path, self.n = Path(path), 0
+    def after_batch(self, trainer):
+        "Count"
+        if trainer.training: self.n += 1; self.path.write_text(str(self.n))
+    def cleanup_fit(self, trainer):
+        "Record the outcome (before PreemptionCB exits: it runs last)"
+        self.path.with_suffix('.outcome').write_text(trainer.outcome)
+
 def result(trainer):
     "What must be equal between a straight and a resumed run: weights, optimizer state, history, metrics records"
     m = trainer.MetricsCB.state_dict()
@@ -76,6 +88,10 @@ if __name__ == '__main__':
     elif mode == 'checkpoints':
         loader, dir, n, sleep = args
         make_trainer(loader, [CheckpointCB(dir, every_n_batches=1, keep_last=None), Sleep(float(sleep))]).fit(int(n))
+    elif mode == 'preempt':
+        loader, dir, n, sleep, marker = args
+        make_trainer(loader, [PreemptionCB(dir), Sleep(float(sleep)), CountBatches(marker)]).fit(int(n))
+        print('the fit returned')  # never, after a preemption: PreemptionCB exits
     elif mode == 'kill_mid_save':
         path, marker, how = args
         trainer = make_trainer()

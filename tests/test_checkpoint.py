@@ -9,7 +9,7 @@ from torch import nn
 from aisaac.callback import Callback, CancelFitException
 from aisaac.persist import CheckpointError, atomic_save
 from aisaac.checkpoint import CHECKPOINT_VERSION
-from aisaac.callbacks.savers import CheckpointCB, SaveBestModelCB, checkpoints, last_checkpoint
+from aisaac.callbacks.savers import CheckpointCB, SaveBestModelCB, PreemptionCB, checkpoints, last_checkpoint
 from checkpoint_run import LOADERS, StopAt, make_trainer, result, resume
 
 HERE = Path(__file__).parent
@@ -101,6 +101,46 @@ def test_sigint_to_a_training_process_then_resume(straight, tmp_path):
     last = last_checkpoint(tmp_path)
     assert last.name >= 'checkpoint_0001_000002.pt', last  # inside the second epoch (13 batches per epoch)
     assert_same(result(resume('dataloader', last, 2)), straight['dataloader'])
+
+def test_sigterm_preempts_a_training_process_which_resumes_exactly(straight, tmp_path):
+    "SIGTERM mid-epoch: the batch finishes, a checkpoint is written, cleanups run (outcome 'preempted'), exit 143; the resume ends as the straight run"
+    marker, dir = tmp_path/'batches', tmp_path/'ckpt'
+    p = subprocess.Popen([sys.executable, str(HERE/'checkpoint_run.py'), *map(str, ('preempt', 'dataloader', dir, 2, 0.05, marker))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while (not marker.exists() or int(marker.read_text() or 0) < 17) and p.poll() is None and time.monotonic() < deadline: time.sleep(0.02)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None: p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err[-3000:])
+    assert 'SIGTERM received' in out and 'the fit returned' not in out
+    assert marker.with_suffix('.outcome').read_text() == 'preempted'
+    (ckpt,) = checkpoints(dir)
+    assert ckpt.name > 'checkpoint_0001_000003.pt' and ckpt.name < 'checkpoint_0002', ckpt  # inside the second epoch (13 batches each)
+    assert_same(result(resume('dataloader', ckpt, 2)), straight['dataloader'])
+
+def test_preemption_without_exit_returns_preempted_and_closes_the_mlflow_run_as_killed(straight, tmp_path, monkeypatch):
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    from aisaac.callbacks.loggers import MLflowLogger
+    monkeypatch.chdir(tmp_path)
+    class Notice(Callback):
+        "The scheduler's notice, during training batch 5 of the second epoch"
+        def after_batch(self, t):
+            if t.training and t.epoch == 1 and t.batch_num == 5: signal.raise_signal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM)
+    lg = MLflowLogger(f'sqlite:///{tmp_path}/m.db')
+    t = make_trainer('dataloader', [PreemptionCB(tmp_path/'ckpt', exit=False), Notice(), lg])
+    t.fit(2)
+    assert t.outcome == 'preempted' and signal.getsignal(signal.SIGTERM) is before
+    assert MlflowClient(lg.tracking_uri).get_run(lg.run_id).info.status == 'KILLED'
+    (ckpt,) = checkpoints(tmp_path/'ckpt')
+    assert ckpt.name == 'checkpoint_0001_000006.pt'
+    assert_same(result(resume('dataloader', ckpt, 2)), straight['dataloader'])
+    with pytest.raises(ValueError, match='no signal this system has'): PreemptionCB(signals=('SIGNOTHING',))
 
 def test_a_checkpoint_after_the_run_resumes_to_the_same_end(straight, tmp_path):
     t = make_trainer()

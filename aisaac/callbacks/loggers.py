@@ -236,7 +236,7 @@ def run_config(trainer): # the trainer whose configuration is wanted
             'n_params': sum(p.numel() for p in model.parameters()),
             'callbacks': ', '.join(n for cb in getattr(trainer, 'cbs', ()) if not (n := type(cb).__name__).startswith('_'))}  # not private helpers
 
-_mlflow_status = {'ok': 'FINISHED', 'cancelled': 'FINISHED', 'error': 'FAILED', 'interrupted': 'KILLED'}
+_mlflow_status = {'ok': 'FINISHED', 'cancelled': 'FINISHED', 'error': 'FAILED', 'interrupted': 'KILLED', 'preempted': 'KILLED'}
 
 class MLflowLogger(Logger):
     "Write the logged values, the run's configuration and images to an MLflow run (extra `mlflow`)"
