@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/checkpoint.html.md"""
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'loader_generators', 'skip_batches']
 
 # %% ../nbs/22_checkpoint.ipynb #f67007ae
-import copy, io
+import contextlib, copy, io
 from pathlib import Path
 import torch
 from fastcore.basics import patch
@@ -302,3 +302,34 @@ def _fit_callbacks(self:Trainer, resume_from):
         _check_format(state, resume_from if not isinstance(resume_from, dict) else 'the checkpoint')
         _check_fits(self, state, all_parts=False)
     return [_FitTracker(state)]
+
+# %% ../nbs/22_checkpoint.ipynb #9d01049b
+def _stateful(trainer):
+    "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
+    return [e.cb for e in trainer._entries.values() if callable(getattr(e.cb, 'state_dict', None)) and e.cb.state_dict()]
+
+_machinery = ('_entries', '_table', '_seq', '_disabled', '_tracer', '_fitting')  # the callbacks' dispatch keeps itself right
+
+def _kept(k): return not k.startswith('__') and k not in _machinery
+
+@patch
+@contextlib.contextmanager
+def transaction(self:Trainer):
+    "Run the block, then put back the weights, optimizer, callbacks' states, history, clock, random states and attributes as they were"
+    h, model = _history(self), unwrap_model(self.model)
+    attrs = {k: v for k, v in vars(self).items() if _kept(k)}
+    shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
+    cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in _stateful(self)]  # attributes as they are, not as a resume would load them
+    saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
+                           'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
+    rng, training = rng_state(loader_generators(self.dls)), model.training
+    try: yield self
+    finally:
+        for k in [k for k in vars(self) if _kept(k) and k not in attrs]: delattr(self, k)
+        for k, v in attrs.items(): setattr(self, k, v)
+        model.load_state_dict(saved['model']); model.train(training)
+        if saved['opt'] is not None: self.opt.load_state_dict(saved['opt'])
+        for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
+        if h is not None: h.load_state_dict(saved['history'])
+        if saved['clock'] is not None: self.clock.load_state_dict(saved['clock'])
+        set_rng_state(rng, loader_generators(self.dls))

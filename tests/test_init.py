@@ -164,7 +164,7 @@ def test_lsuv_cb_with_lr_find():
     t = Trainer(conv_dls(n=6), nn.CrossEntropyLoss(), torch.optim.SGD, get_model_conv(), callbacks=[BasicTrainCB(), cb, snap])
     before = copy.deepcopy(t.model.state_dict())
     t.lr_find(plot=False, max_epochs=1)
-    assert cb.done and all(torch.equal(v, t.model.state_dict()[k]) for k, v in before.items())  # the sweep ran it, then undid it
+    assert not cb.done and all(torch.equal(v, t.model.state_dict()[k]) for k, v in before.items())  # the sweep ran it; its transaction undid it all
     n = len(snap.states)
     t.fit(1, lr=0.)
     convs = [m for m in t.model.modules() if isinstance(m, nn.Conv2d)]

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from fastcore.basics import patch
 from ..callback import Callback, CancelEpochException, CancelFitException
 from ..trainer import Trainer
+import aisaac.checkpoint  # trainer.transaction
 
 # %% ../../nbs/callbacks/51_lr_finder.ipynb #49ab24f6
 _batch_work = ('before_batch', 'around_batch', 'before_predict', 'predict', 'before_loss', 'get_loss', 'before_backward', 'backward',
@@ -161,10 +162,7 @@ def lr_find(self:Trainer, start_lr:float=1e-7, # LR of the first batch
             max_epochs:int=10, # stop after this many training epochs at the latest
             plot:bool=True): # plot the loss against the LR
     "Sweep the LR from `start_lr`, growing by `gamma` each training batch until the loss explodes; leaves the trainer as it was"
-    saved = {k: v for k, v in vars(self).items() if not k.startswith('_')}
-    finder = LRFinderCB(gamma, max_mult=max_mult, plot=plot)
-    try: self.fit(max_epochs, lr=start_lr, callbacks=[finder], valid=False)
-    finally:
-        for k in [k for k in vars(self) if not k.startswith('_') and k not in saved]: delattr(self, k)
-        for k, v in saved.items(): setattr(self, k, v)
-    return finder
+    with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
+        finder = LRFinderCB(gamma, max_mult=max_mult, plot=plot)
+        self.fit(max_epochs, lr=start_lr, callbacks=[finder], valid=False)
+        return finder

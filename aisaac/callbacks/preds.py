@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from ..utils import to_cpu
 from ..callback import Callback
 from ..trainer import Trainer
+import aisaac.checkpoint  # trainer.transaction
 from .augment import BatchTransformCB, tfm_batch
 
 # %% ../../nbs/callbacks/59_preds.ipynb #bb6717a8
@@ -51,16 +52,17 @@ def capture_preds(self:Trainer, callbacks=None, # more callbacks for these passe
                   tta=None, # a transform of the inputs, or a list of them: the predictions are averaged over the plain inputs and each
                   cbs=None): # miniai's name for `callbacks`; wins when given
     "The predictions and targets (and inputs, if `inps`) of the validation set, averaged with test-time augmentation if `tta`"
-    if cbs is not None: callbacks = cbs
-    preds = []
-    for tfm in [None, *_as_list(tta)]:
-        cp = CapturePredsCB(inps=inps and tfm is None)
-        aug = [] if tfm is None else [BatchTransformCB(partial(tfm_batch, tfm_x=tfm), on_train=False, on_valid=True)]
-        self.fit(1, train=False, callbacks=[cp, *aug, *_as_list(callbacks)])
-        if tfm is None: targs, xs = cp.all_targs, cp.all_inps
-        elif not torch.equal(cp.all_targs, targs):
-            raise ValueError("capture_preds: the validation loader gave its items in another order for the augmented pass, so the predictions "
-                             "cannot be averaged: use a validation loader that does not shuffle")
-        preds.append(cp.all_preds)
-    res = (preds[0] if len(preds) == 1 else torch.stack(preds).mean(0), targs)
-    return res + (xs,) if inps else res
+    with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
+        if cbs is not None: callbacks = cbs
+        preds = []
+        for tfm in [None, *_as_list(tta)]:
+            cp = CapturePredsCB(inps=inps and tfm is None)
+            aug = [] if tfm is None else [BatchTransformCB(partial(tfm_batch, tfm_x=tfm), on_train=False, on_valid=True)]
+            self.fit(1, train=False, callbacks=[cp, *aug, *_as_list(callbacks)])
+            if tfm is None: targs, xs = cp.all_targs, cp.all_inps
+            elif not torch.equal(cp.all_targs, targs):
+                raise ValueError("capture_preds: the validation loader gave its items in another order for the augmented pass, so the predictions "
+                                 "cannot be averaged: use a validation loader that does not shuffle")
+            preds.append(cp.all_preds)
+        res = (preds[0] if len(preds) == 1 else torch.stack(preds).mean(0), targs)
+        return res + (xs,) if inps else res

@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from torch.utils.flop_counter import FlopCounterMode
 from ..callback import Callback, CancelFitException
 from ..trainer import Trainer, CallbackSummary
+import aisaac.checkpoint  # trainer.transaction
 from .hooks import Hooks
 from ..utils import to_device
 
@@ -44,17 +45,18 @@ class _Peek(Callback):
 def peek_batch(self:Trainer, train:bool=True, # from the training loader (in training mode), else the validation loader
                callbacks=None): # more callbacks for this batch only, e.g. an augmentation to try
     "The first batch of a loader as the model receives it (after the callbacks that prepare batches), without training on it"
-    preps = [cb for cb in self.cbs if id(cb) in self._entries and not getattr(cb, 'callbacks', None)
-             and any(callable(getattr(cb, ev, None)) for ev in _prep_events)]
-    peek, was_training = _Peek(), self.model.training
-    tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
-    try:
-        with _same_random_state(self.dls.train if train else self.dls.valid):
-            tmp.fit(1, train=train, valid=not train)
-    finally: self.model.train(was_training)
-    if not hasattr(peek, 'batch'):
-        raise ValueError(f"The {'training' if train else 'validation'} loader gave no batch: check `trainer.dls`")
-    return peek.batch
+    with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
+        preps = [cb for cb in self.cbs if id(cb) in self._entries and not getattr(cb, 'callbacks', None)
+                 and any(callable(getattr(cb, ev, None)) for ev in _prep_events)]
+        peek, was_training = _Peek(), self.model.training
+        tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
+        try:
+            with _same_random_state(self.dls.train if train else self.dls.valid):
+                tmp.fit(1, train=train, valid=not train)
+        finally: self.model.train(was_training)
+        if not hasattr(peek, 'batch'):
+            raise ValueError(f"The {'training' if train else 'validation'} loader gave no batch: check `trainer.dls`")
+        return peek.batch
 
 # %% ../../nbs/callbacks/66_summary.ipynb #a33e8802
 def _shape(x):
@@ -85,22 +87,23 @@ def _n_params(m, trainable=False): return sum(p.numel() for p in m.parameters() 
 def summarize_model(self:Trainer, depth:int=None, # show modules down to this level of nesting; default all
                     batch=None): # the batch to run (a tuple whose first element is the input); default `peek_batch()`
     "A table of the model's modules with their input and output shapes, parameters and MFLOPs on one batch, without training"
-    xb = (self.peek_batch() if batch is None else batch)[0]
-    params = next(self.model.parameters(), None)
-    if params is not None: xb = to_device(xb, params.device)
-    named = [(n, m) for n, m in self.model.named_modules() if n and (depth is None or n.count('.') < depth)]
-    shapes = {}
-    def keep(hook, module, inp, outp): shapes.setdefault(hook.name, (_shape(inp), _shape(outp)))
-    was_training, root = self.model.training, type(self.model).__name__
-    self.model.eval()
-    try:
-        with _same_random_state(), torch.no_grad(), Hooks([m for _, m in named], keep, [n for n, _ in named]), \
-             FlopCounterMode(display=False, depth=None) as counter:
-            self.model(xb)
-    finally: self.model.train(was_training)
-    flops = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
-    rows = [('  ' * n.count('.') + f"{n} {type(m).__name__}", *shapes.get(n, ('-', '-')), f"{_n_params(m):,}", f"{flops.get(f'{root}.{n}', 0) / 1e6:.2f}")
-            for n, m in named]
-    return ModelSummary(rows, _n_params(self.model), _n_params(self.model, trainable=True), counter.get_total_flops())
+    with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
+        xb = (self.peek_batch() if batch is None else batch)[0]
+        params = next(self.model.parameters(), None)
+        if params is not None: xb = to_device(xb, params.device)
+        named = [(n, m) for n, m in self.model.named_modules() if n and (depth is None or n.count('.') < depth)]
+        shapes = {}
+        def keep(hook, module, inp, outp): shapes.setdefault(hook.name, (_shape(inp), _shape(outp)))
+        was_training, root = self.model.training, type(self.model).__name__
+        self.model.eval()
+        try:
+            with _same_random_state(), torch.no_grad(), Hooks([m for _, m in named], keep, [n for n, _ in named]), \
+                 FlopCounterMode(display=False, depth=None) as counter:
+                self.model(xb)
+        finally: self.model.train(was_training)
+        flops = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+        rows = [('  ' * n.count('.') + f"{n} {type(m).__name__}", *shapes.get(n, ('-', '-')), f"{_n_params(m):,}", f"{flops.get(f'{root}.{n}', 0) / 1e6:.2f}")
+                for n, m in named]
+        return ModelSummary(rows, _n_params(self.model), _n_params(self.model, trainable=True), counter.get_total_flops())
 
 Trainer.summary = Trainer.summarize_model  # miniai's name

@@ -1,0 +1,76 @@
+"""Sub-runs as transactions: `trainer.transaction()` and the tools that run inside one (lr_find, peek_batch, show_image_batch,
+summarize_model, capture_preds) leave weights, optimizer, callbacks' state, history, clock and random draws bit-identical."""
+import copy, random
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest, torch
+from torch import nn
+from torcheval.metrics import MulticlassAccuracy
+from aisaac.data import DataLoaders, TensorLoader
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.augment import BatchAugmentationCB, RandErase
+import aisaac.checkpoint, aisaac.callbacks.lr_finder, aisaac.callbacks.summary, aisaac.callbacks.visualize, aisaac.callbacks.preds  # noqa
+
+def make():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(192, 1, 8, 8, generator=g); y = (x.mean((1, 2, 3)) > 0).long()
+    dls = DataLoaders(TensorLoader(x, y, bs=32, shuffle=True), TensorLoader(x[:64], y[:64], bs=32))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Dropout(0.2), nn.Flatten(), nn.Linear(256, 2))
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
+                callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False), OneCycleSchedulerCB(),
+                           BatchAugmentationCB(RandErase(), on_valid=False)])
+    t.fit(1, lr=1e-2)  # an optimizer with state, a history, a clock, metrics' records
+    return t
+
+def everything(t):
+    "The state a sub-run must not change, and the next random draws (put back afterwards)"
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    draws = (random.random(), float(np.random.rand()), torch.rand(3))
+    random.setstate(states[0]); np.random.set_state(states[1]); torch.set_rng_state(states[2])
+    return copy.deepcopy({'model': t.model.state_dict(), 'opt': t.opt.state_dict(),
+            'callbacks': t.callbacks_state_dict(), 'history': t.history.state_dict(), 'clock': t.clock.state_dict(),
+            'resume': t.resume_point(), 'names': sorted(vars(t)), 'draws': draws})
+
+def same(a, b):
+    if isinstance(a, torch.Tensor): return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, np.ndarray): return np.array_equal(a, b)
+    if isinstance(a, dict): return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)): return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+TOOLS = {'lr_find': lambda t: t.lr_find(plot=False, max_epochs=2),
+         'peek_batch': lambda t: t.peek_batch(),
+         'show_image_batch': lambda t: t.show_image_batch(4),
+         'summarize_model': lambda t: t.summarize_model(),
+         'capture_preds': lambda t: t.capture_preds()}
+
+@pytest.mark.parametrize('tool', TOOLS)
+def test_each_tool_leaves_the_run_bit_identical(tool):
+    t = make()
+    before = everything(t)
+    TOOLS[tool](t)
+    plt.close('all')
+    after = everything(t)
+    for k in before:
+        if tool == 'show_image_batch' and k == 'names': assert set(after[k]) - set(before[k]) <= {'batch'}; continue  # miniai's learn.batch
+        assert same(before[k], after[k]), k
+
+def test_a_transaction_puts_back_a_sub_run_that_trained_and_raised():
+    t = make()
+    before = everything(t)
+    with pytest.raises(RuntimeError, match='inside'):
+        with t.transaction():
+            t.fit(2, lr=0.5)
+            t.extra = 1
+            raise RuntimeError('inside')
+    after = everything(t)
+    for k in before: assert same(before[k], after[k]), k
+    assert not hasattr(t, 'extra')
+    t.fit(1, lr=1e-2)  # the next fit continues as it would have: one cycle from the start, the clock going on
+    assert t.clock.step == 12 and t.history.get_metric_steps('train_loss') == [0, 1]
