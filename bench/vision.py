@@ -16,7 +16,7 @@ costs on a workload where the model dominates (about 0.1 s a batch on 2 CPU core
 
 Run: `python bench/vision.py` (about a minute and a half on 2 cores), `--repeats`, `--batches`, `--quick`.
 """
-import argparse, copy, random, statistics, sys, time
+import copy, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torcheval.metrics import MulticlassAccuracy
 
-from _common import machine, tfm
+from _common import Stop, bench_args, interleaved, machine, tfm
 from aisaac.callback import Callback, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict
@@ -58,34 +58,19 @@ def raw(model, dl, n):
             i += 1
             if i == n: return (time.perf_counter() - t0) / n
 
-class _Stop(Callback):
-    "Cancel the fit after `n` training batches"
-    order = 100
-    def __init__(self, n): self.n, self.i = n, 0
-    def after_batch(self, trainer):
-        self.i += 1
-        if self.i == self.n: raise CancelFitException()
-
 def aisaac(model, dls, n):
     "The tutorial's trainer: `n` training batches; seconds per batch"
     trainer = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model,
                       callbacks=[DeviceCB('cpu'), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False),
-                                 OneCycleSchedulerCB(), MixedPrecisionCB(), BatchAugmentationCB(augment(), on_valid=False), _Stop(n)])
+                                 OneCycleSchedulerCB(), MixedPrecisionCB(), BatchAugmentationCB(augment(), on_valid=False), Stop(n)])
     t0 = time.perf_counter()
     trainer.fit(EPOCHS, lr=LR, valid=False)
     return (time.perf_counter() - t0) / n
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--repeats', type=int, default=5, help='repeats of each variant (default 5)')
-    p.add_argument('--batches', type=int, default=40, help='training batches per repeat (default 40)')
-    p.add_argument('--quick', action='store_true', help='2 repeats of 8 batches on a 4,000-image sample')
-    p.add_argument('--threads', type=int, default=0, help="torch.set_num_threads (default 0: torch's default, as the tutorial runs)")
-    args = p.parse_args()
-    if args.threads: torch.set_num_threads(args.threads)
-    reps, n = (2, 8) if args.quick else (args.repeats, args.batches)
+    reps, n, quick = bench_args(__doc__, '2 repeats of 8 batches on a 4,000-image sample')
     dsd = load_fashion_mnist()
-    if args.quick: dsd = sample_dataset_dict(dsd, 4000, 500)
+    if quick: dsd = sample_dataset_dict(dsd, 4000, 500)
     dls = DataLoaders.from_dataset_dict(dsd.with_transform(tfm), BS, fast=True)
     set_seed(1)
     base = get_model_resnet().to(memory_format=torch.channels_last)
@@ -93,21 +78,7 @@ def main():
     print(f"# the vision tutorial's recipe (ResNet, AdamW, one cycle, bf16, channels-last, crop + flip), batch {BS}, "
           f"{reps} repeats of {n} training batches")
     print(f"# {machine()}")
-    times, ratios = {'raw loop': [], 'aisaac': []}, []
-    for r in range(reps):
-        res = {}
-        for name in random.sample(list(times), 2):
-            set_seed(100 + r)  # the same augmentations and shuffling for both variants of a repeat
-            model = copy.deepcopy(base)
-            res[name] = raw(model, dls.train, n) if name == 'raw loop' else aisaac(model, dls, n)
-            times[name].append(res[name])
-        ratios.append(res['aisaac'] / res['raw loop'])
-        print(f"#   repeat {r+1}: raw {res['raw loop']*1000:.1f} ms, aisaac {res['aisaac']*1000:.1f} ms per batch, ratio {ratios[-1]:.3f}", flush=True)
-    print(f"\n| variant  | ms/batch | ratio | spread |\n|----------|----------|-------|--------|")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        ratio = 1.0 if name == 'raw loop' else statistics.median(ratios)
-        print(f"| {name:<8} | {med*1000:8.1f} | {ratio:5.3f} | {(max(ts) - min(ts)) / med:6.1%} |")
+    interleaved(lambda m: raw(m, dls.train, n), lambda m: aisaac(m, dls, n), base, reps)
 
 if __name__ == '__main__':
     main()
