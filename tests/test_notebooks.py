@@ -130,3 +130,17 @@ def test_vision_tutorial_is_saved_with_its_full_data_run():
     assert '<th>time</th>' in table[0] and len(table) == 11, table[:2]  # header and 10 epochs, each with its time
     assert all(re.search(r'<td>\d\d:\d\d</td>', row) for row in table[1:])
     assert 'image/png' in _mimes(_outputs(nb, 'ActivationStatsCB.plot_stats()'))
+
+def test_language_model_tutorial_is_saved_with_its_full_run():
+    "The language-model tutorial's saved outputs are the full run: validation perplexity at most half the bigram's, within 10 minutes, samples shown"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'language_model.ipynb', as_version=4)
+    m = re.search(r'validation perplexity ([\d.]+) \(bigram ([\d.]+), ratio [\d.]+\) after (\d+) steps, [\d,]+ tokens, in (\d+) s',
+                  _text(_outputs(nb, "final = trainer.history.get_latest_metric('perplexity')")))
+    assert m, 'the saved run printed no result line'
+    ppl, bigram, steps, secs = float(m[1]), float(m[2]), int(m[3]), int(m[4])
+    assert steps >= 1000 and ppl <= bigram / 2 and secs <= 600, m[0]  # the full run, not the 40-step variant of the tests
+    samples = _text(_outputs(nb, "for step, text in trainer.SampleCB.samples"))
+    assert samples.count('--- step') >= 4 and 'The meaning of life is' in samples
+    assert 'image/png' in _mimes(_outputs(nb, 'finder = make_trainer(model).lr_find('))
+    assert 'identical' in _text(_outputs(nb, 'with tempfile.TemporaryDirectory() as d:'))
