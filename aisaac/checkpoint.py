@@ -303,7 +303,7 @@ def _fit_callbacks(self:Trainer, resume_from):
         _check_fits(self, state, all_parts=False)
     return [_FitTracker(state)]
 
-# %% ../nbs/22_checkpoint.ipynb #9d01049b
+# %% ../nbs/22_checkpoint.ipynb #7d1773cb
 def _stateful(trainer):
     "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
     return [e.cb for e in trainer._entries.values() if callable(getattr(e.cb, 'state_dict', None)) and e.cb.state_dict()]

@@ -1,10 +1,12 @@
-"The models: shapes, parameter counts, where biases go, and the activations' values."
+"The models: shapes, parameter counts, where biases go, and the activations' values; the GPT's attention, loss, sampling and training."
 from functools import partial
+import math
 import pytest, torch
 import torch.nn.functional as F
 from torch import nn
 
 from aisaac.models import conv, get_model_conv, get_model, GeneralRelu, act_gr, ResBlock, get_model_resnet
+from aisaac.models import get_model_gpt, GPT, CausalSelfAttention, lm_loss, sample_next
 
 def n_params(m): return sum(p.numel() for p in m.parameters())
 
@@ -106,3 +108,116 @@ def test_get_model_resnet():
     assert small(torch.randn(2, 3, 28, 28)).shape == (2, 5)
     with pytest.raises(RuntimeError):  # too few blocks for 28x28: the linear layer says the shapes disagree
         get_model_resnet(nfs=(8, 16, 32))(torch.randn(2, 1, 28, 28))
+
+# ---------------------------------------------------------------- the GPT
+def gpt(V=100, L=2, H=2, d=32, T=16, seed=0):
+    torch.manual_seed(seed)
+    return get_model_gpt(V, n_layer=L, n_head=H, d_model=d, block_size=T).eval()
+
+def test_gpt_parameters_counted_by_hand_with_the_head_tied_to_the_embedding():
+    V, L, d, T = 100, 2, 32, 16
+    m = gpt(V, L, d=d, T=T)
+    block = 2*d + (d*3*d + 3*d) + (d*d + d) + 2*d + (d*4*d + 4*d) + (4*d*d + d)  # ln1, qkv, proj, ln2, the MLP's two layers
+    assert n_params(m) == V*d + T*d + L*block + 2*d  # no head: it is the token embedding
+    assert m.head.weight is m.tok_emb.weight
+    ids = torch.randint(0, V, (2, 8))
+    lm_loss(m(ids[:, :-1]), ids[:, 1:]).backward()
+    untied = gpt(V, L, d=d, T=T)  # the same weights, the head a copy: the tied weight's gradient is the sum of the two
+    untied.head.weight = nn.Parameter(untied.tok_emb.weight.detach().clone())
+    lm_loss(untied(ids[:, :-1]), ids[:, 1:]).backward()
+    torch.testing.assert_close(m.tok_emb.weight.grad, untied.tok_emb.weight.grad + untied.head.weight.grad)
+    m2 = gpt(V, L, d=d, T=T, seed=1)
+    m2.load_state_dict(m.state_dict())  # a checkpoint keeps them tied
+    assert m2.head.weight is m2.tok_emb.weight and torch.equal(m2.head.weight, m.tok_emb.weight)
+
+def test_gpt_starts_with_gpt2s_initialisation():
+    L = 4
+    m = gpt(V=2048, L=L, H=4, d=128, T=128)
+    assert abs(m.tok_emb.weight.std().item() - 0.02) < 0.0005 and abs(m.pos_emb.weight.std().item() - 0.02) < 0.001
+    for b in m.blocks:
+        assert abs(b.attn.qkv.weight.std().item() - 0.02) < 0.001 and abs(b.mlp[0].weight.std().item() - 0.02) < 0.001
+        for w in (b.attn.proj.weight, b.mlp[2].weight):  # the layers writing into the residual stream: 0.02 / sqrt(2 * n_layer)
+            assert abs(w.std().item() - 0.02 / math.sqrt(2 * L)) < 0.0005, w.std()
+        assert (b.attn.qkv.bias == 0).all() and (b.mlp[2].bias == 0).all() and (b.ln1.weight == 1).all()
+
+def attention_by_hand(a, x):
+    "Multi-head attention with an explicit lower-triangular mask: the textbook formula"
+    B, T, C = x.shape
+    hd = C // a.n_head
+    q, k, v = (t.view(B, T, a.n_head, hd).transpose(1, 2) for t in a.qkv(x).split(C, dim=2))
+    w = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    w = w.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float('-inf')).softmax(-1)
+    return a.proj((w @ v).transpose(1, 2).reshape(B, T, C))
+
+def test_gpt_attention_is_the_masked_softmax_and_is_causal():
+    torch.manual_seed(0)
+    a, x = CausalSelfAttention(32, 4).eval(), torch.randn(3, 10, 32)
+    torch.testing.assert_close(a(x), attention_by_hand(a, x), atol=1e-5, rtol=1e-5)
+    m, ids = gpt(), torch.randint(0, 100, (2, 16))
+    logits = m(ids)
+    for t in (0, 5, 15):  # changing token t leaves every logit before t as it was, and changes those from t on
+        ids2 = ids.clone(); ids2[:, t] = (ids2[:, t] + 1) % 100
+        out = m(ids2)
+        assert torch.equal(out[:, :t], logits[:, :t]) or torch.allclose(out[:, :t], logits[:, :t], atol=1e-6)
+        assert (out[:, t:] - logits[:, t:]).abs().amax(-1).min() > 1e-5
+    with pytest.raises(ValueError, match=r'`d_model` \(30\) must be a multiple of `n_head` \(4\)'): get_model_gpt(10, d_model=30, n_head=4)
+
+def test_gpt_refuses_sequences_longer_than_block_size():
+    m = gpt(T=16)
+    assert m(torch.zeros(1, 16, dtype=torch.long)).shape == (1, 16, 100)
+    with pytest.raises(ValueError, match=r'17 tokens, longer than its block_size of 16.*larger `block_size`'): m(torch.zeros(1, 17, dtype=torch.long))
+
+def test_gpt_loss_with_labels_is_lm_loss_and_the_cross_entropy_by_hand():
+    m, ids = gpt(), torch.randint(0, 100, (2, 17))
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    y[1, -4:] = -100  # positions without a next token are left out
+    out = m(x, labels=y)
+    assert torch.equal(out.logits, m(x)) and torch.equal(out.loss, lm_loss(out.logits, y))
+    logp, keep = out.logits.log_softmax(-1), y != -100
+    by_hand = -logp[keep].gather(-1, y[keep][:, None]).mean()  # mean over the 28 labelled positions, not the 32
+    torch.testing.assert_close(out.loss, by_hand)
+    assert abs(m(x, labels=ids[:, 1:]).loss.item() - math.log(100)) < 0.1  # small weights: about a uniform guess
+
+def test_gpt_generate_length_determinism_and_greedy_by_hand():
+    m, prompt = gpt(T=16), torch.randint(0, 100, (2, 10))
+    torch.manual_seed(3); a = m.generate(prompt, 20, temperature=0.8, top_k=10)
+    torch.manual_seed(3); b = m.generate(prompt, 20, temperature=0.8, top_k=10)
+    torch.manual_seed(4); c = m.generate(prompt, 20, temperature=0.8, top_k=10)
+    assert a.shape == (2, 30) and torch.equal(a[:, :10], prompt) and torch.equal(a, b) and not torch.equal(a, c)
+    idx = prompt  # greedy, by hand: the likeliest next token of the last block_size tokens, 20 times (past block_size)
+    for _ in range(20): idx = torch.cat([idx, m(idx[:, -16:])[:, -1].argmax(-1, keepdim=True)], 1)
+    seen = []  # the context the model is given: the whole sequence, then its last block_size tokens
+    hook = m.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[1]))
+    assert torch.equal(m.generate(prompt, 20, temperature=0), idx)
+    hook.remove()
+    assert seen == [min(10 + i, 16) for i in range(20)]
+    assert torch.equal(m.generate(prompt, 20, top_k=1), idx)  # top_k=1 leaves only the likeliest
+    logits = torch.tensor([[0., 1., 2., 3.]]).repeat(2000, 1)
+    torch.manual_seed(0); draws = sample_next(logits, top_k=2).flatten()
+    assert set(draws.tolist()) == {2, 3} and abs((draws == 3).float().mean().item() - 1 / (1 + math.exp(-1))) < 0.03  # softmax of (2, 3)
+
+PARAGRAPH = b"""It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness,
+it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, it was the season of Darkness,
+it was the spring of hope, it was the winter of despair, we had everything before us, we had nothing before us, we were
+all going direct to Heaven, we were all going direct the other way."""
+
+def test_gpt_learns_a_paragraph_in_a_few_hundred_steps_with_or_without_a_loss_function():
+    "Bytes as tokens, every window of 33 bytes a block: the loss falls from log(256), and `loss_func=lm_loss` and the model's own loss (`loss_func=None`) train alike"
+    from aisaac.data import DataLoaders, TensorLoader
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.metrics import MetricsCB
+    blocks = torch.tensor(list(PARAGRAPH)).unfold(0, 33, 1)
+    def split(b): return {'input_ids': b[0][:, :-1], 'labels': b[0][:, 1:]}
+    def fit(loss_func):
+        dls = DataLoaders(TensorLoader(blocks, bs=32, shuffle=True, seed=0, tfm=split), TensorLoader(blocks[::8], bs=64, tfm=split))
+        torch.manual_seed(0)
+        m = get_model_gpt(256, n_layer=2, n_head=2, d_model=48, block_size=32)
+        with torch.no_grad(): start = lm_loss(m(blocks[::8, :-1]), blocks[::8, 1:]).item()
+        t = Trainer(dls, loss_func, torch.optim.AdamW, m, callbacks=[BasicTrainCB(), MetricsCB()])
+        t.fit(steps=300, valid_every=150, lr=1e-3)
+        assert t.clock.step == 300
+        return [start, *t.history.get_metric_values('valid_loss')]
+    losses = fit(lm_loss)
+    assert abs(losses[0] - math.log(256)) < 0.1 and losses[2] < losses[1] < 3 and losses[2] < 1, losses
+    assert fit(None) == pytest.approx(losses, rel=1e-4)

@@ -76,6 +76,43 @@ def test_dict_batches_shift_by_one_and_the_hugging_face_convention(dsd, tok):
     assert h['input_ids'].shape == (8, 33) and torch.equal(h['labels'], h['input_ids'])
     with pytest.raises(KeyError, match="needs the splits 'train' and 'valid'"): text_dataloaders({'train': dsd['train']}, tok)
 
+def test_a_missing_tokenizers_package_names_the_extra(dsd, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, 'tokenizers', None)  # what `import tokenizers` meets where it is not installed
+    with pytest.raises(ImportError, match=r"pip install 'aisaac\[text\]'"): train_tokenizer(list(dsd['valid']['text'])[:10], vocab_size=300)
+
+class _RunsCode:
+    "A pickle that calls `os.mkdir` when it is loaded without `weights_only`"
+    def __init__(self, path): self.path = path
+    def __reduce__(self): return (os.mkdir, (self.path,))
+
+def test_the_token_cache_is_read_back_keyed_by_tokenizer_and_texts_and_runs_no_code(dsd, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv('AISAAC_CACHE', str(tmp_path))
+    texts = list(dsd['valid']['text'])[:200]
+    cold = pack_tokens(texts, tok, block_size=16, cache=False)
+    assert not (tmp_path/'text').exists()
+    first = pack_tokens(texts, tok, block_size=16)
+    (fn,) = (tmp_path/'text').glob('tokens-*.pt')
+    assert torch.equal(first, cold)
+    assert torch.equal(pack_tokens(texts, tok, block_size=32).flatten()[:100], cold.flatten()[:100])
+    assert list((tmp_path/'text').glob('tokens-*.pt')) == [fn]  # the stream is cached, whatever the block size
+    torch.save(torch.zeros(17 * 5, dtype=torch.int64), fn)  # a hit is read, not tokenized again: the (doctored) cache comes back
+    assert torch.equal(pack_tokens(texts, tok, block_size=16), torch.zeros(5, 17, dtype=torch.int64))
+    pack_tokens(texts[1:], tok, block_size=16); pack_tokens(texts, train_tokenizer(texts, vocab_size=300), block_size=16)
+    assert len(list((tmp_path/'text').glob('tokens-*.pt'))) == 3  # other texts or another tokenizer: other files
+    torch.save(_RunsCode(str(tmp_path/'ran')), fn)  # loaded with weights_only=True: refused, never run
+    with pytest.warns(UserWarning, match='unreadable token cache'): again = pack_tokens(texts, tok, block_size=16)
+    assert torch.equal(again, cold) and not (tmp_path/'ran').exists()
+
+def test_cold_and_cached_dataloaders_serve_the_same_blocks(dsd, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv('AISAAC_CACHE', str(tmp_path))
+    cold = text_dataloaders(dsd, tok, block_size=64, bs=16, seed=0, cache=False)
+    text_dataloaders(dsd, tok, block_size=64, bs=16, seed=0)  # writes both token streams
+    hot = text_dataloaders(dsd, tok, block_size=64, bs=16, seed=0)
+    assert len(list((tmp_path/'text').glob('tokens-*.pt'))) == 2
+    for k in ('train', 'valid'): assert torch.equal(getattr(cold, k).tensors[0], getattr(hot, k).tensors[0])
+    for a, b in zip(cold.train, hot.train): assert torch.equal(a['input_ids'], b['input_ids'])  # the same order under the same seed
+
 # ---------------------------------------------------------------- the GPT on real text
 def small(dsd, tok, cbs=(), bs=8, seed=0):
     torch.manual_seed(0)
