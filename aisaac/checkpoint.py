@@ -295,20 +295,22 @@ class _FitTracker(Callback):
 
 @patch
 def _fit_callbacks(self:Trainer, resume_from):
-    "The `_FitTracker` every fit adds, with the checkpoint `resume_from` read and checked"
+    "The `_FitTracker` every fit adds (the same one each time), with the checkpoint `resume_from` read and checked"
     state = None
     if resume_from is not None:
         state = resume_from if isinstance(resume_from, dict) else self.read_checkpoint(resume_from)
         _check_format(state, resume_from if not isinstance(resume_from, dict) else 'the checkpoint')
         _check_fits(self, state, all_parts=False)
-    return [_FitTracker(state)]
+    tracker = self.__dict__.get('_fit_tracker') or _FitTracker()  # the same one every fit: the dispatch table of the fit is kept
+    self._fit_tracker, tracker.state, tracker.stream_at = tracker, state, None
+    return [tracker]
 
 # %% ../nbs/22_checkpoint.ipynb #7d1773cb
 def _stateful(trainer):
     "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
     return [e.cb for e in trainer._entries.values() if callable(getattr(e.cb, 'state_dict', None)) and e.cb.state_dict()]
 
-_machinery = ('_entries', '_table', '_seq', '_disabled', '_tracer', '_fitting')  # the callbacks' dispatch keeps itself right
+_machinery = ('_entries', '_table', '_tables', '_seq', '_disabled', '_tracer', '_fitting', '_fit_tracker')  # the callbacks' dispatch keeps itself right
 
 def _kept(k): return not k.startswith('__') and k not in _machinery
 

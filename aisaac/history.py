@@ -45,6 +45,21 @@ class RunHistory:
             steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
             values.append(value)
 
+    def update_metrics(self, values:dict, # {name: value}, as `update_metric` takes each
+                       step:int=None, # the epoch or batch they belong to
+                       per:str='epoch'): # `'epoch'` or `'batch'`
+        "Record each of `values` at `step`: `update_metric` for several names at once (the monitors record every batch)"
+        try: table = self._series[per]
+        except KeyError: table = self._table(per)
+        for name, value in values.items():
+            if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
+            steps, vals = table.setdefault(name, ([], []))
+            value = value.detach() if isinstance(value, torch.Tensor) else value
+            if step is not None and steps and step == steps[-1]: vals[-1] = value
+            else:
+                steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
+                vals.append(value)
+
     def _get(self, name, per):
         table = self._table(per)
         if name in table: return table[name]

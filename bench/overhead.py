@@ -28,9 +28,10 @@ Variants
                       GradClipCB(1.0), TerminateOnNaNCB, CSVLogger, JSONLinesLogger (every value, per batch too), SpeedMonitorCB and
                       LRMonitorCB, same DataLoader: the catalogue a user turns on
   raw + catalogue     the raw DataLoader loop doing that work by hand: the schedule, clipping and finite-loss check of `raw + control`,
-                      the batch losses kept on the device and averaged by size at the end (MetricsCB), the LR read before each step
-                      and the window throughput every batch once 100 are timed, each recorded in a dict of lists and written as a JSON
-                      line (LRMonitorCB, SpeedMonitorCB, JSONLinesLogger); `cat/raw+` is the ratio of `catalogue` to it
+                      the batch losses kept on the device and averaged by size at the end (MetricsCB), the LR and momentum the step
+                      used and the window throughput every batch once 100 are timed, each recorded in a dict of lists and written as a
+                      JSON line, the epoch's throughput and loss as a JSON line and a CSV file (LRMonitorCB, SpeedMonitorCB,
+                      JSONLinesLogger, CSVLogger); `cat/raw+` is the ratio of `catalogue` to it
   CoreCBs + stats     CoreCBs(progress=False): the above plus ActivationStatsCB on every module (AIsaac's default), same DataLoader
   observability       CoreCBs(progress=False) with activation stats, CSVLogger and JSONLinesLogger (files in a temporary
                       folder; JSON lines for every value, per batch too), LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB,
@@ -47,7 +48,7 @@ the per-batch cost of the 20 callbacks measured without the noise of the trainin
 
 Run: `python bench/overhead.py` (about 2 minutes), `--quick` for a smoke run (about 20 s).
 """
-import argparse, collections, copy, gc, json, math, random, statistics, sys, tempfile, time
+import argparse, collections, copy, csv, gc, json, math, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -156,23 +157,25 @@ def raw_control_epoch(model, dl, loss_func):
 
 
 def raw_catalogue_epoch(model, dl, loss_func, path):
-    "`raw_control_epoch` with what `catalogue` adds, written by hand: loss bookkeeping, the LR and throughput records, a JSON-lines log"
+    "`raw_control_epoch` with what `catalogue` adds, written by hand: loss bookkeeping, the LR, momentum and throughput records, a JSON-lines log, a CSV of the epoch"
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=len(dl), cycle_momentum=False)
     params, history = list(model.parameters()), collections.defaultdict(list)
     losses, sizes, window, wsecs, wn = [], [], collections.deque(maxlen=100), 0., 0  # the window's sums kept as it slides
     model.train()
     with open(path, 'w') as log:
-        last = time.perf_counter()
+        start = last = time.perf_counter()
         for step, (xb, yb) in enumerate(dl):
             opt.zero_grad()
             loss = loss_func(model(xb), yb)
             if not math.isfinite(loss.item()): break
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
-            lr = opt.param_groups[0]['lr']
-            history['lr'].append((step, lr)); log.write(json.dumps({'per': 'batch', 'step': step, 'lr': lr}) + '\n')
             opt.step()
+            g = opt.param_groups[0]
+            rec = {'lr': g['lr'], 'momentum': g['momentum']}  # what the step used (LRMonitorCB: SGD's group has a momentum)
+            for k, v in rec.items(): history[k].append((step, v))
+            log.write(json.dumps({'per': 'batch', 'step': step} | rec) + '\n')
             sched.step()
             losses.append(loss.detach()); sizes.append(len(yb))
             now = time.perf_counter()
@@ -183,8 +186,12 @@ def raw_catalogue_epoch(model, dl, loss_func, path):
                 rec = {'samples_per_sec': wn / wsecs, 'batches_per_sec': len(window) / wsecs}
                 for k, v in rec.items(): history[k].append((step, v))
                 log.write(json.dumps({'per': 'batch', 'step': step} | rec) + '\n')
-        train_loss = ((torch.stack(losses).float() * torch.tensor(sizes)).sum() / sum(sizes)).item()
-        log.write(json.dumps({'per': 'epoch', 'step': 0, 'train_loss': train_loss}) + '\n')
+        secs = last - start
+        row = {'epoch_samples_per_sec': sum(sizes) / secs, 'epoch_batches_per_sec': len(sizes) / secs, 'train_time': secs}
+        row['train_loss'] = ((torch.stack(losses).float() * torch.tensor(sizes)).sum() / sum(sizes)).item()
+        log.write(json.dumps({'per': 'epoch', 'step': 0} | row) + '\n')
+    with open(path + '.csv', 'w', newline='') as f:  # the CSV file of the epoch rows
+        w = csv.writer(f); w.writerow(['epoch', *row]); w.writerow([0, *row.values()])
 
 
 def catalogue_cbs():

@@ -69,6 +69,21 @@ def test_csv_per_batch_and_new_columns(tmp_path):
     assert [r['extra'] for r in rows] == ['', '7.5', '']
     with pytest.raises(ValueError, match="two loggers"): CSVLogger(tmp_path/'x.csv', per='all')
 
+def test_csv_appends_new_rows_and_rewrites_only_when_a_row_or_the_columns_change(tmp_path, monkeypatch):
+    "A per-batch CSV grows by appending (a long run does not rewrite every row at every epoch); the file always equals a full rewrite"
+    import aisaac.callbacks.loggers as lg
+    replaced = []
+    monkeypatch.setattr(lg.os, 'replace', lambda a, b: (replaced.append(b), __import__('os').rename(a, b)))
+    log = CSVLogger(tmp_path/'b.csv', per='batch')
+    t = fit(log, LogBatches(), n_epochs=4)
+    assert replaced == [tmp_path/'b.csv'] * 2  # the empty file at the start, the header and rows of the first pass; then appends
+    rows = list(csv.DictReader(open(tmp_path/'b.csv')))
+    assert [float(r['seen']) for r in rows] == list(range(16)) and list(rows[0]) == ['batch', 'seen']
+    t.fit(1)  # a second fit appends too, its rows after the first's
+    assert [float(r['seen']) for r in csv.DictReader(open(tmp_path/'b.csv'))] == list(range(16)) + list(range(4))
+    log.rows[3]['seen'] = -1.0; log._new.add(3); log._dirty = True; log.flush()  # an earlier row changed: a whole rewrite
+    assert [float(r['seen']) for r in csv.DictReader(open(tmp_path/'b.csv'))][3] == -1.0 and len(replaced) == 3
+
 def test_jsonl_writes_a_line_per_log_call_per_epoch_and_batch(tmp_path):
     lg = JSONLinesLogger(tmp_path/'log.jsonl')
     t = fit(lg, LogBatches())

@@ -94,11 +94,13 @@ class CSVLogger(Logger):
         if per == 'all': raise ValueError("a CSV file holds one kind of row: use `per='epoch'` or `per='batch'` (two loggers for both)")
         super().__init__(per)
         self.path, self.rows, self.names, self._dirty = Path(path), {}, [], False
+        self._new, self._written = set(), (None, [])  # steps changed since the last write; (last step, names) written
 
     def before_fit(self, trainer):
-        "Make sure the file can be written, before the first epoch"
+        "Make sure the file can be written, before the first epoch (without rewriting the rows of earlier fits)"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._dirty = True; self.flush()
+        if self.rows and self.path.exists(): open(self.path, 'a').close()  # writable: an error now, not after an epoch
+        else: self._dirty = True; self.flush()
 
     def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
             step:int, # the epoch or batch the values belong to, or `None`
@@ -109,17 +111,23 @@ class CSVLogger(Logger):
         self.rows.setdefault(step, {}).update(metrics)
         self.names += [k for k in metrics if k not in self.names]
         self._dirty = True
+        self._new.add(step)
 
     def flush(self):
-        "Rewrite the file with every row, if anything changed"
+        "Write what changed: new rows after the last one written are appended; a changed row or a new column rewrites the file, atomically"
         if not self._dirty: return
-        tmp = self.path.with_name(self.path.name + '.tmp')
-        with open(tmp, 'w', newline='') as f:
-            w = csv.writer(f)
-            w.writerow([self.per, *self.names])
-            for step in sorted(self.rows): w.writerow([step, *(self.rows[step].get(k, '') for k in self.names)])
-        os.replace(tmp, self.path)
-        self._dirty = False
+        new, (last, names) = sorted(self._new), self._written
+        row = lambda step: [step, *(self.rows[step].get(k, '') for k in self.names)]
+        if new and last is not None and new[0] > last and names == self.names and self.path.exists():
+            with open(self.path, 'a', newline='') as f: csv.writer(f).writerows(row(s) for s in new)  # O(new rows), not O(all)
+        else:
+            tmp = self.path.with_name(self.path.name + '.tmp')
+            with open(tmp, 'w', newline='') as f:
+                w = csv.writer(f)
+                w.writerow([self.per, *self.names])
+                w.writerows(row(s) for s in sorted(self.rows))
+            os.replace(tmp, self.path)
+        self._dirty, self._new, self._written = False, set(), (max(self.rows, default=None), list(self.names))
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #52a2de06
 def _json_value(v):
@@ -158,7 +166,8 @@ class JSONLinesLogger(FileLogger):
             per:str): # `'epoch'` or `'batch'`
         "Write a line for `metrics`"
         if per not in self._pers or self.file is None: return
-        step = self.step_of('', step, per)
+        if step is None: step = self.step_of('', step, per)
+        else: self._last[(per, '')] = step = int(step)  # (`step_of`, inlined for the common case: monitors log every batch)
         line = {'per': per, 'step': step}
         for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
         self.file.write(json.dumps(line) + '\n')
