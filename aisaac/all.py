@@ -19,6 +19,7 @@ from .memory import *
 from .history import *
 from .helpers import *
 from .callback import *
+from .depends import *
 from .dispatch import *
 from .registry import *
 from .clock import *
@@ -55,7 +56,7 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
-from . import utils, plot, models, memory, history, helpers, callback, dispatch, registry, clock, overview, trainer, persist, \
+from . import utils, plot, models, memory, history, helpers, callback, depends, dispatch, registry, clock, overview, trainer, persist, \
     checkpoint, data, collate, learner, text, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
@@ -69,6 +70,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     history,
     helpers,
     callback,
+    depends,
     dispatch,
     registry,
     clock,

@@ -17,6 +17,9 @@ class Callback:
     order = 0        # callbacks run sorted by `order`
     core = False     # library callbacks that implement the loop run first among equal `order`
     runs_on = 'all'  # in a distributed run: on 'all' processes, the 'main' one only, or 'collective' (talks to the other processes)
+    run_after = run_before = ()  # callbacks (classes or class names) this one runs after / before, at every event: they win over `order`
+    needs = ()       # names it reads: trainer attributes (`'preds'`) or history metrics (`'valid_loss'`), checked when a fit starts
+    provides = None  # names it sets (glob patterns allowed); `None`: unsaid, it might set anything (aisaac's own then provide nothing)
     def __repr__(self): return f'{type(self).__name__}()'
 
     def state_dict(self):

@@ -12,6 +12,7 @@ import collections, functools, inspect, itertools, warnings, weakref
 from fastcore.basics import patch
 from .callback import (Callback, CancelException, with_cbs, _phase_events, _check_callback, _check_hooks, _listify,
                              _flatten, _settle, _Around)
+from .depends import resolve_order
 
 # %% ../nbs/11_dispatch.ipynb #1127b05b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
@@ -97,7 +98,7 @@ class CallbackMixin:
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._entries, self._table, self._seq, self.cbs = {}, {}, itertools.count(), []
-        self._disabled, self._tracer = set(), None
+        self._disabled, self._tracer, self._tables = set(), None, {}
         _owners.add(self)
         self._changed()
         return self
@@ -108,10 +109,10 @@ class CallbackMixin:
         added = []
         try:
             for cb in (c for group in _listify(callbacks) for c in _flatten(group)): self._add_one(cb, rank, added)
+            if added: self._changed()  # resolves `run_after`/`run_before`: a cycle is refused here
         except Exception:
             self.remove_callbacks(added)
             raise
-        if added: self._changed()
         return added
 
     def _add_one(self, cb, rank, added):
@@ -148,10 +149,13 @@ class CallbackMixin:
         if entry is not None: delattr(self, entry.name)
 
     def _changed(self):
-        "The callback set changed: sort it once and forget the dispatch table"
-        entries = list(self._entries.values()) + list(_global_entries.values())
-        self.cbs = [e.cb for e in sorted(entries, key=lambda e: (e.order, e.rank, e.seq))]
-        self._table = {}  # a new one: a phase that holds the old table's plans sees that they are stale
+        "The callback set changed: sort it once (`order`, core first, as added, then the declared relations) and forget the dispatch table"
+        entries = sorted(list(self._entries.values()) + list(_global_entries.values()), key=lambda e: (e.order, e.rank, e.seq))
+        self.cbs = resolve_order([e.cb for e in entries], [e.name for e in entries])
+        key = (tuple(map(id, self.cbs)), frozenset(self._disabled), id(self._tracer))  # what the plans depend on
+        self._table = self._tables.pop(key, None) or {}  # another object: a phase that holds the old table's plans sees they are stale
+        self._tables[key] = self._table  # kept for when this set of callbacks comes back (each fit adds and removes one)
+        if len(self._tables) > 4: del self._tables[next(iter(self._tables))]  # (the plans hold the callbacks: keep few)
 
     def _handlers(self, event):
         "The handlers of `event` in run order: `(function, keyword arguments it accepts, callback, event)`"

@@ -105,6 +105,7 @@ class Trainer(CallbackMixin):
         try:
             self._check_steps(train)
             self._switch_off_main_only()
+            self.check_needs()  # a callback that needs what nothing provides: an error before anything runs
             self._plan_passes(n_epochs, steps, valid_every)
             self.lr, self.do_train, self.do_valid, self._stop_reason = lr, train, valid, None
             self.opt = self.opt_func(self.model.parameters(), lr=lr)
@@ -361,14 +362,14 @@ def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are re
         per:str='epoch'): # `'epoch'` or `'batch'`
     "Send `metrics` to every logger callback through the `log` event"
     if not isinstance(metrics, dict): raise TypeError(f"`metrics` must be a dict of {{name: number}} (got {type(metrics).__name__}): e.g. `trainer.log({{'lr': 0.01}})`")
-    if per not in ('epoch', 'batch'): raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
-    try: plan = self._table[f'log/{per}']  # the `log` handlers that want values `per` epoch or batch (a plan each, in the table)
-    except KeyError: plan = self._table[f'log/{per}'] = _wanting(self._plan_of('log'), per)
+    if (key := _log_keys.get(per)) is None: raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
+    try: plan = self._table[key]  # the `log` handlers that want values `per` epoch or batch (a plan each, in the table)
+    except KeyError: plan = self._table[key] = _wanting(self._plan_of('log'), per)
     if not plan: return  # no logger wants them: nothing to read or copy
-    metrics = dict(metrics)  # the loggers' own copy, with tensors read to numbers
-    for k, v in metrics.items():
-        if isinstance(v, torch.Tensor): metrics[k] = v.item()
+    metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}  # the loggers' own copy, tensors read
     self._run_each(plan.handlers, {'metrics': metrics, 'step': step, 'per': per})
+
+_log_keys = {'epoch': 'log/epoch', 'batch': 'log/batch'}  # the dispatch table's keys of `log`'s plans (no string made per call)
 
 @patch
 def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions'`

@@ -346,10 +346,19 @@ def test_save_best_model_keeps_its_best_score_through_a_resume(tmp_path):
     assert_same(torch.load(tmp_path/'best.pt', weights_only=True), weights[1])
 
 # ---------------------------------------------------------------- SaveBestModelCB watches the run history
-def test_save_best_model_without_anything_that_records_its_metric_is_an_error_after_the_first_epoch(tmp_path):
-    "No MetricsCB: before, it trained the whole run and saved nothing; now the first epoch's end names the metrics that exist"
+def test_save_best_model_without_anything_that_records_its_metric_is_an_error(tmp_path):
+    "No MetricsCB: before, it trained the whole run and saved nothing; now the fit does not start (every callback declares what it provides)"
     t = scored_trainer([SaveBestModelCB(tmp_path/'best.pt')])
-    with pytest.raises(ValueError, match=r"SaveBestModelCB watches 'valid_loss', which was not recorded in trainer.history in epoch 0") as e:
+    with pytest.raises(ValueError, match=r"SaveBestModelCB needs 'valid_loss', which none of the callbacks of this fit provides"):
+        t.fit(4)
+    assert t.clock.step == 0 and not (tmp_path/'best.pt').exists()
+
+def test_save_best_model_with_an_undeclared_callback_is_an_error_after_the_first_epoch(tmp_path):
+    "A callback of yours that does not declare `provides` might record the metric: then the first epoch's end names the metrics that exist"
+    class Quiet(Callback):
+        def after_epoch(self, t): pass
+    t = scored_trainer([SaveBestModelCB(tmp_path/'best.pt'), Quiet()])
+    with pytest.raises(ValueError, match=r"SaveBestModelCB watches 'valid_loss', which was not recorded in trainer.history in epoch 0"):
         t.fit(4)
     assert t.epoch == 0 and not (tmp_path/'best.pt').exists()
 

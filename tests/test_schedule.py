@@ -163,6 +163,6 @@ def test_a_plateau_lowers_the_lr_and_a_missing_metric_is_an_error():
     t = tiny.make_trainer([Script([1.0, 0.5, 0.6, 0.7, 0.8]), p := PlateauSchedulerCB('score', patience=1, factor=0.5)])
     t.fit(5, lr=0.1)
     assert t.opt.param_groups[0]['lr'] == pytest.approx(0.05)  # 0.6 and 0.7 did not improve on 0.5: more than patience=1 epochs, halved after epoch 3
-    with pytest.raises(ValueError, match="PlateauSchedulerCB watches 'valid_acc'"): tiny.make_trainer([MetricsCB(), PlateauSchedulerCB('valid_acc')]).fit(1)
+    with pytest.raises(ValueError, match="PlateauSchedulerCB needs 'valid_acc', which none of the callbacks"): tiny.make_trainer([MetricsCB(), PlateauSchedulerCB('valid_acc')]).fit(1)
     with pytest.raises(TypeError, match='use `PlateauSchedulerCB'):
         tiny.make_trainer([EpochSchedulerCB(torch.optim.lr_scheduler.ReduceLROnPlateau)]).fit(1)

@@ -16,6 +16,7 @@ from ..callback import Callback
 class CompileCB(Callback):
     "Train `torch.compile(model, **torch_compile_kwargs)` during each fit; the original module is back on `trainer.model` after it"
     order = 5  # after `DeviceCB` has moved the model
+    run_after = ('DeviceCB',)
     def __init__(self, **torch_compile_kwargs): # keyword arguments of `torch.compile`: `mode`, `backend`, `fullgraph`, `dynamic`, `options`
         try: inspect.signature(torch.compile).bind(None, **torch_compile_kwargs)
         except TypeError as e: raise TypeError(f"CompileCB: {e}; it takes the keyword arguments of `torch.compile`") from None

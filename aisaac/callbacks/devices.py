@@ -16,6 +16,7 @@ from ..callback import Callback
 class MoveModulesToDeviceCB(Callback):
     "At the start of each fit, move every `nn.Module` attribute of the trainer other than the model (and the callbacks) to the model's device"
     order = 1  # after `DeviceCB` (order 0) has moved the model
+    run_after = ('DeviceCB',)
     def __init__(self, device=None): # where to move them; default: the device of the model's first parameter or buffer
         self.device, self.moved = None if device is None else torch.device(device), []
 

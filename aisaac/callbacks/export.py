@@ -85,6 +85,7 @@ def load_exported(path): # a file written by `export_model` or `ExportCB`
 class ExportCB(Callback):
     "Export the model for inference to `path` at the end of the fit: `torch.export` (`.pt2`), TorchScript or ONNX"
     order = 110  # after SaveBestModelCB has loaded the best weights back
+    run_after = ('SaveBestModelCB',)  # exports the best weights, loaded back
     runs_on = 'main'  # in a distributed run only the main process exports
     def __init__(self, path='model', # the file to write; without a suffix, the format's (`.pt2`, `.pt`, `.onnx`)
                  how:str='export', # `'export'` (torch.export), `'torchscript'` or `'onnx'` (needs the `onnx` extra)

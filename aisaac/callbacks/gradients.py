@@ -118,6 +118,7 @@ class MicroBatchCB(Callback):
 class GradClipCB(Callback):
     "Rescale the gradients so that their total norm is at most `max_norm`, before each optimizer step"
     order = 20  # after `GradAccumCB` (-10) and `MixedPrecisionCB` (10), which unscales float16 gradients first
+    run_after = ('GradAccumCB', 'MixedPrecisionCB')  # clip whole gradients, unscaled
     def __init__(self, max_norm:float, # the largest total norm the gradients may have
                  norm_type:float=2.0): # the p of the p-norm (`float('inf')` for the largest absolute value)
         if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not max_norm > 0:

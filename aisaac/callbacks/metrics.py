@@ -31,6 +31,7 @@ def _weights(ns):
 
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size, or by tokens) and `metrics` on the validation set, per epoch, into `trainer.history`"
+    provides = ('train_loss', 'valid_loss')  # and each metric by its name (an instance's `provides` lists them)
     def __init__(self, *metrics, # metrics named by their class
                  train_metrics:bool=False, # also compute the metrics on the training pass, as `train_<name>`
                  show:bool=None, # print each epoch's row; `None`: only when no other callback shows it
@@ -41,6 +42,8 @@ class MetricsCB(Callback):
         self.show, self._reader = show, None
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
+        self.provides = (*type(self).provides, *self.metrics, *self.train_metrics)
+        self.needs = ('loss', 'preds') if self.metrics or self.train_metrics else ('loss',)
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
         self.row, self._mute = {}, False
         self._reset()

@@ -16,7 +16,7 @@ from ..callback import Callback
 # %% ../../nbs/callbacks/68_monitors.ipynb #18346ea3
 def _record(trainer, values:dict, step:int, per:str):
     "Write `values` into the trainer's history and send them to the loggers"
-    for k, v in values.items(): trainer.history.update_metric(k, v, step=step, per=per)
+    trainer.history.update_metrics(values, step=step, per=per)
     trainer.log(values, step=step, per=per)
 
 def _epoch_step(trainer):
@@ -44,6 +44,7 @@ def _hyper_params(opt):
 
 class LRMonitorCB(Callback):
     "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step applied, per batch"
+    provides = ('lr*', 'beta1*', 'momentum*')  # one of each per parameter group: `lr`, or `lr_0`, `lr_1`...
     def __init__(self): self.recs = {}
 
     def before_fit(self, trainer):
@@ -71,6 +72,8 @@ class LRMonitorCB(Callback):
 # %% ../../nbs/callbacks/68_monitors.ipynb #7fac907b
 class SpeedMonitorCB(Callback):
     "Record training samples/s, batches/s (and tokens/s, for batches of text) over the last `window_size` batches, and per training pass"
+    provides = ('samples_per_sec', 'batches_per_sec', 'tokens_per_sec', 'epoch_samples_per_sec', 'epoch_batches_per_sec',
+                'epoch_tokens_per_sec', 'train_time')
     def __init__(self, window_size:int=100, # batches in the moving window
                  sync:bool=False): # wait for the GPU at each batch end (a host sync per batch; exact per-batch times)
         if window_size < 1: raise ValueError(f"`window_size` must be at least 1 (got {window_size})")
@@ -116,6 +119,7 @@ class SpeedMonitorCB(Callback):
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
 class RuntimeEstimatorCB(Callback):
     "Estimate the seconds left in the fit after each training batch (`time_remaining`), from the time per batch so far"
+    provides = ('time_remaining',)
     def __init__(self, skip_batches:int=1): # batches left out of the average at the start of each fit (warm-up)
         self.skip, self.step, self.remaining = skip_batches, 0, None
 
@@ -155,6 +159,7 @@ class RuntimeEstimatorCB(Callback):
 # %% ../../nbs/callbacks/68_monitors.ipynb #9cdd922d
 class GradNormCB(Callback):
     "Record the L2 norm of each parameter's gradient and the total (as `clip_grad_norm_` computes it) after each backward pass, on the device"
+    provides = ('grad_norm*',)
     def __init__(self, per_layer:bool=True): # also record the norm of each parameter's gradient
         self.per_layer, self.step, self.pending = per_layer, 0, []
 
@@ -202,6 +207,7 @@ def memory_stats(device=None): # the CUDA device to read; default the current on
 
 class MemoryMonitorCB(Callback):
     "Record the process's resident memory and, on CUDA, allocated, reserved and peak memory (MiB) after each training pass"
+    provides = ('rss_mib', 'cuda_*_mib')
     def __init__(self, every_n_batches:int=None): # also record every this many training batches
         self.every, self.step = every_n_batches, 0
 

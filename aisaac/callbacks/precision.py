@@ -24,6 +24,7 @@ class _StepProbe:
 class MixedPrecisionCB(Callback):
     "Autocast the forward pass and loss (bfloat16 on CPU, float16 with a gradient scaler on CUDA); float32 predictions and loss"
     order = 10  # after `DeviceCB` has moved the model; unscales the gradients before clipping (order 20) in `before_step`
+    run_after = ('DeviceCB',)  # the model is on its device first
     def __init__(self, dtype:torch.dtype=None): # `torch.bfloat16` or `torch.float16`; default bfloat16 on CPU, float16 on CUDA
         if dtype not in (None, torch.bfloat16, torch.float16):
             raise ValueError(f"MixedPrecisionCB: dtype must be torch.bfloat16 or torch.float16 (got {dtype}); leave it out for the device's default")

@@ -48,6 +48,7 @@ def _continue(model, idx, n, temperature, top_k):
 class SampleCB(Callback):
     "Every `every` of the run's clock and at the end of the fit, continue `prompt` with the model; show and log it; training's RNG untouched"
     order = 12  # after the table's row (`ProgressCB`, 10) at the end of an epoch
+    run_after = ('ProgressCB', 'PrintProgressCB')
     def __init__(self, prompt:str, # the text to continue
                  tokenizer, # has `encode(text)` (ids, or an object with `.ids`) and `decode(ids)`
                  every='200 steps', # when: any `Every`, e.g. '500 steps', '1M tokens', '10 min'

@@ -93,6 +93,7 @@ class CheckpointCB(Callback):
 class PreemptionCB(Callback):
     "On SIGTERM or SIGUSR1, finish the batch, write a checkpoint to `dir`, run every cleanup, and end the fit as `'preempted'` (then exit)"
     order = 10_000  # the last at the `checkpoint` event (the others' work is in the checkpoint) and in `cleanup_fit` (it may exit)
+    run_after = ('CheckpointCB', 'SaveBestModelCB')
     def __init__(self, dir='checkpoints', # the folder of the checkpoint written on notice, as `CheckpointCB`'s
                  signals=('SIGTERM', 'SIGUSR1'), # the notices: signal names or numbers (those this system lacks are left out)
                  exit:bool=True): # after the fit's cleanup, exit with 128 + the signal's number; `False`: return from `fit`
@@ -134,7 +135,7 @@ class SaveBestModelCB(Callback):
                  reset_on_train:bool=True): # forget the best score of earlier fits when a fit starts
         self.watch = MetricWatch(watch_metric, 'SaveBestModelCB')
         self.path, self.watch_metric, self.greater_is_better, self.reset_on_train = Path(path), watch_metric, greater_is_better, reset_on_train
-        self.best, self.best_epoch, self.active = None, None, False
+        self.best, self.best_epoch, self.active, self.needs = None, None, False, (watch_metric,)
 
     def before_fit(self, trainer):
         "Watch the metric in fits that train; forget the best score of earlier fits (with `reset_on_train`)"

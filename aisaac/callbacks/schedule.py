@@ -151,7 +151,7 @@ class PlateauSchedulerCB(BaseSchedulerCB):
     def __init__(self, watch_metric:str='valid_loss', # a per-epoch metric of the run history
                  greater_is_better:bool=False, # whether a larger value is an improvement (accuracy) or a smaller one (loss)
                  **kwargs): # for `ReduceLROnPlateau`: `factor`, `patience`, `threshold`, `min_lr`...
-        self.watch = MetricWatch(watch_metric, 'PlateauSchedulerCB')
+        self.watch, self.needs = MetricWatch(watch_metric, 'PlateauSchedulerCB'), (watch_metric,)
         super().__init__(functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, mode='max' if greater_is_better else 'min', **kwargs))
 
     def before_fit(self, trainer):

@@ -29,8 +29,8 @@ class TerminateOnNaNCB(Callback):
 
     def after_loss(self, trainer):
         "Stop the fit if the loss is not finite, naming the pass, epoch and batch"
-        loss = trainer.loss.detach()
-        if math.isfinite(loss.item() if loss.numel() == 1 else loss.sum().item()): return
+        loss = trainer.loss  # (`item` needs no `detach`: one tensor less per batch)
+        if math.isfinite(loss.item() if loss.numel() == 1 else loss.detach().sum().item()): return
         split = 'training' if trainer.model.training else 'validation'
         _stop(self, f"the {split} loss is {loss.sum().item()} at epoch {trainer.epoch}, batch {trainer.batch_num}; "
                     f"the fit stops{' before the weights are updated with it' if split == 'training' else ''}")
@@ -39,9 +39,10 @@ class TerminateOnNaNCB(Callback):
 class _MetricStopper(Callback):
     "Reads `watch_metric` from `trainer.history` at the end of each epoch; subclasses decide when to stop"
     order = 90  # at the end-of-epoch `checkpoint` event, before `CheckpointCB` (100): the stop waits for its checkpoint, which holds our state
+    run_after, run_before = ('SaveBestModelCB',), ('CheckpointCB',)  # the best model is saved, then the stop waits for its checkpoint
     def __init__(self, watch_metric, greater_is_better):
         self.watch = MetricWatch(watch_metric, type(self).__name__)
-        self.watch_metric, self.greater_is_better = watch_metric, greater_is_better
+        self.watch_metric, self.greater_is_better, self.needs = watch_metric, greater_is_better, (watch_metric,)
 
     def before_fit(self, trainer):
         "Note the values of the metric the history has before this fit: only new ones count"

@@ -19,6 +19,7 @@ _unread = object()  # no loader yet
 
 class BasicTrainCB(Callback):
     "The plain PyTorch training steps: forward, loss (or the model's own, without `loss_func`), backward, optimizer step, zero the gradients"
+    provides = ('preds', 'loss')  # it runs the model and the loss function
     core, n_inp, input_keys, target_key, _own = True, 1, None, None, False  # class defaults: a subclass whose `__init__` skips ours still works
     _dl_x = _dl_y = _unread  # the loader whose batch layout `predict` and `get_loss` last read: a new loader (a new pass) is read again
     def __init__(self, n_inp:int=1, # how many leading items of a tuple batch are the model's inputs; the rest are the targets

@@ -67,6 +67,7 @@ def show_image_batch(self:Trainer, max_n:int=9, # how many images to show
 class ImageVisualizerCB(Callback):
     "Every `every_n_epochs` epochs, draw `n` validation images with their true and predicted classes: shown, saved as PNG, sent to the loggers"
     order = 15  # after the loop's work (0) and the display of the epoch's row (10)
+    run_after = ('ProgressCB', 'PrintProgressCB')
     runs_on = 'main'  # in a distributed run only the main process draws and writes
     def __init__(self, n:int=9, # how many validation images to draw
                  every_n_epochs:int=1, # draw after every this many epochs
