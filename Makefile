@@ -54,16 +54,17 @@ venv:
 	"$(PY)" -m pip install -q -e ".[$(EXTRAS)]"; \
 	echo "$$want" > "$(STAMP)"
 
+# The `elif` branch that installs a Debian package when apt-get is usable (as root, or with sudo): $(call apt_elif,who,package,what if it fails)
+apt_elif = elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); echo ">>> $(1): installing $(2) with apt-get"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(2) || echo "!!! $(1): apt-get failed; $(3)";
+
 data: ## make sure Fashion-MNIST is available (Debian package dataset-fashion-mnist)
 	@if [ -n "$${AISAAC_DATA:-}" ]; then \
 	  echo ">>> data: using AISAAC_DATA=$$AISAAC_DATA"; \
 	elif [ -d "$(DATA_DIR)" ]; then \
 	  echo ">>> data: found $(DATA_DIR)"; \
-	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-	  echo ">>> data: installing dataset-fashion-mnist with apt-get"; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dataset-fashion-mnist \
-	    || echo "!!! data: apt-get failed; load_fashion_mnist() will try the Hugging Face hub"; \
+	$(call apt_elif,data,dataset-fashion-mnist,load_fashion_mnist() will try the Hugging Face hub) \
 	else \
 	  echo "!!! data: $(DATA_DIR) is missing and apt-get is not usable here;"; \
 	  echo "    set AISAAC_DATA to a folder with the Fashion-MNIST IDX files, or let"; \
@@ -75,11 +76,7 @@ text: ## make sure the text corpus is available (Debian package fortunes: 2.6 MB
 	  echo ">>> text: using AISAAC_TEXT=$$AISAAC_TEXT"; \
 	elif [ -f "$(TEXT_DIR)/fortunes" ]; then \
 	  echo ">>> text: found $(TEXT_DIR)"; \
-	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-	  echo ">>> text: installing fortunes with apt-get"; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq fortunes \
-	    || echo "!!! text: apt-get failed; the language-model tutorial and tests need a text corpus (AISAAC_TEXT)"; \
+	$(call apt_elif,text,fortunes,the language-model tutorial and tests need a text corpus (AISAAC_TEXT)) \
 	else \
 	  echo "!!! text: $(TEXT_DIR) is missing and apt-get is not usable here;"; \
 	  echo "    set AISAAC_TEXT to a folder of fortune files (texts separated by lines holding %)."; \
@@ -89,11 +86,7 @@ text: ## make sure the text corpus is available (Debian package fortunes: 2.6 MB
 docs-tools: ## make sure pandoc (or Quarto) is there to render the docs pages
 	@if command -v quarto >/dev/null 2>&1; then echo ">>> docs: found quarto"; \
 	elif command -v pandoc >/dev/null 2>&1; then echo ">>> docs: found pandoc"; \
-	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-	  echo ">>> docs: installing pandoc with apt-get"; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq pandoc \
-	    || echo "!!! docs: apt-get failed; install pandoc (or Quarto) yourself, or the docs check cannot render pages"; \
+	$(call apt_elif,docs,pandoc,install pandoc (or Quarto) yourself: the docs check cannot render pages without one) \
 	else \
 	  echo "!!! docs: neither quarto nor pandoc is installed and apt-get is not usable here:"; \
 	  echo "    install pandoc (https://pandoc.org/installing.html) or Quarto (https://quarto.org);"; \

@@ -13,6 +13,7 @@ import torch
 from ..utils import try_print
 from ..clock import Every
 from ..callback import Callback
+from .progress import text_line
 from ..persist import unwrap_model
 from ..models import sample_next
 import aisaac.checkpoint  # the `after_load_checkpoint` event, where a resumed run's `every` starts again
@@ -94,5 +95,5 @@ class SampleCB(Callback):
         text = self.tokenizer.decode(out[0, idx.shape[1]:].tolist())
         self.samples.append((trainer.clock.step, text))
         if trainer.has_handlers('log_text'): trainer.log_text(self.name, self.prompt + text, step=trainer.clock.step)
-        else: try_print(f"{self.name} (step {trainer.clock.step}): {self.prompt + text}")
+        else: try_print(text_line(self.name, self.prompt + text, trainer.clock.step))
         return text
