@@ -317,19 +317,22 @@ def _kept(k): return not k.startswith('__') and k not in _machinery
 @patch
 @contextlib.contextmanager
 def transaction(self:Trainer):
-    "Run the block, then put back the weights, optimizer, callbacks' states, history, clock, random states and attributes as they were"
+    "Run the block, then put back the weights, gradients, modes, optimizer, callbacks' states, history, clock, random states and attributes as they were"
     h, model = _history(self), unwrap_model(self.model)
     attrs = {k: v for k, v in vars(self).items() if _kept(k)}
     shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
     cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in _stateful(self)]  # attributes as they are, not as a resume would load them
     saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                            'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
-    rng, training = rng_state(loader_generators(self.dls)), model.training
+    rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]  # a step between backward and step
     try: yield self
     finally:
         for k in [k for k in vars(self) if _kept(k) and k not in attrs]: delattr(self, k)
         for k, v in attrs.items(): setattr(self, k, v)
-        model.load_state_dict(saved['model']); model.train(training)
+        model.load_state_dict(saved['model'])
+        for m, training in modes: m.training = training  # each module's mode (a frozen BatchNorm stays in eval)
+        for p, g in zip(model.parameters(), grads): p.grad = g
         if saved['opt'] is not None: self.opt.load_state_dict(saved['opt'])
         for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
         if h is not None: h.load_state_dict(saved['history'])

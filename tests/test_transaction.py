@@ -74,3 +74,14 @@ def test_a_transaction_puts_back_a_sub_run_that_trained_and_raised():
     assert not hasattr(t, 'extra')
     t.fit(1, lr=1e-2)  # the next fit continues as it would have: one cycle from the start, the clock going on
     assert t.clock.step == 12 and t.history.get_metric_steps('train_loss') == [0, 1]
+
+def test_a_transaction_puts_back_gradients_and_each_modules_mode():
+    "Gradients left between backward and step, and a module kept in eval mode (a frozen BatchNorm), are as they were"
+    t = make()
+    xb, yb = next(iter(t.dls.train))
+    t.loss_func(t.model(xb), yb).backward()
+    t.model.train(); t.model[1].eval()  # the BatchNorm frozen, the rest training
+    grads, modes = [p.grad.clone() for p in t.model.parameters()], [m.training for m in t.model.modules()]
+    t.lr_find(plot=False, max_epochs=1)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, t.model.parameters()))
+    assert [m.training for m in t.model.modules()] == modes and modes[:3] == [True, True, False]

@@ -66,15 +66,16 @@ class LRFinderCB(Callback):
     def __init__(self, lr_mult:float=1.3, # factor between the LRs of two batches (miniai calls it `gamma`)
                  max_mult:float=3, # stop when the loss exceeds `max_mult` times its minimum
                  gamma:float=None, # miniai's name for `lr_mult`; wins if given
-                 plot:bool=True): # plot the loss against the LR at the end of the sweep
-        self.lr_mult = lr_mult if gamma is None else gamma
+                 plot:bool=True, # plot the loss against the LR at the end of the sweep
+                 restore:bool=True): # put back the weights, optimizer and random states after the sweep (`lr_find` runs it in a transaction instead)
+        self.restore, self.lr_mult = restore, lr_mult if gamma is None else gamma
         if not self.lr_mult > 1: raise ValueError(f"lr_mult must be > 1 for the LR to grow (got {self.lr_mult}): the usual value is 1.3")
         if not max_mult > 1: raise ValueError(f"max_mult must be > 1 (got {max_mult}): the sweep stops when the loss exceeds max_mult x its minimum; try 3")
         self.max_mult, self.plot_at_end, self.lrs, self.losses, self._saved = max_mult, plot, [], [], None
 
     def around_fit(self, trainer):
         "Save the model, the fit's optimizer and the random states; only the callbacks that work on the batch run during the sweep"
-        self._saved = (_ModelState(trainer.model), trainer.opt, _copy_state(trainer.opt.state_dict()), _rng_states())
+        if self.restore: self._saved = (_ModelState(trainer.model), trainer.opt, _copy_state(trainer.opt.state_dict()), _rng_states())
         trainer._disabled.update(id(cb) for cb in trainer.cbs if cb is not self and not _runs_during_lr_find(cb))
         trainer._changed()  # (the fit enables every callback again when it ends)
         yield
@@ -163,6 +164,6 @@ def lr_find(self:Trainer, start_lr:float=1e-7, # LR of the first batch
             plot:bool=True): # plot the loss against the LR
     "Sweep the LR from `start_lr`, growing by `gamma` each training batch until the loss explodes; leaves the trainer as it was"
     with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
-        finder = LRFinderCB(gamma, max_mult=max_mult, plot=plot)
+        finder = LRFinderCB(gamma, max_mult=max_mult, plot=plot, restore=False)  # the transaction restores: one copy of the weights, not two
         self.fit(max_epochs, lr=start_lr, callbacks=[finder], valid=False)
         return finder
