@@ -27,6 +27,7 @@ from .overview import *
 from .trainer import *
 from .persist import *
 from .checkpoint import *
+from .testing import *
 from .data import *
 from .collate import *
 from .learner import *
@@ -57,7 +58,7 @@ from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from . import utils, plot, models, memory, history, helpers, callback, depends, dispatch, registry, clock, overview, trainer, persist, \
-    checkpoint, data, collate, learner, text, groups
+    checkpoint, testing, data, collate, learner, text, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
     savers, export, accel
@@ -78,6 +79,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     trainer,
     persist,
     checkpoint,
+    testing,
     data,
     collate,
     learner,

@@ -7,18 +7,7 @@ from aisaac.callback import Callback
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.gradients import MicroBatchCB
 from aisaac.callbacks.stoppers import TerminateOnNaNCB, EarlyStoppingCB, ThresholdStopperCB
-from tiny import make_trainer
-
-class Script(Callback):
-    "Records `values[name][epoch]` at the end of each epoch"
-    def __init__(self, **values): self.values = values
-    def checkpoint(self, t, at):
-        if at == 'epoch':
-            for name, vs in self.values.items(): t.history.update_metric(name, vs[t.epoch])
-
-class Epochs(Callback):
-    def before_fit(self, t): self.n = 0
-    def checkpoint(self, t, at): self.n += at == 'epoch'
+from tiny import Epochs, Script, make_trainer
 
 def epochs_run(*cbs, n_epochs=10, **kw):
     count = Epochs()

@@ -3,6 +3,7 @@ import types
 import torch
 from torch import nn
 
+from aisaac.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 
@@ -17,3 +18,15 @@ def make_trainer(callbacks=(), dls=None, cls=Trainer, opt_func=torch.optim.SGD, 
     torch.manual_seed(0)
     return cls(dls or make_dls(**kw), nn.MSELoss(), opt_func, model=model or nn.Linear(2, 1),
                callbacks=[BasicTrainCB(), *(callbacks or ())])
+
+class Script(Callback):
+    "Records `values[name][epoch]` in the history at each epoch's checkpoint: a metric's values scripted, for the stoppers"
+    def __init__(self, **values): self.values = values
+    def checkpoint(self, t, at):
+        if at == 'epoch':
+            for name, vs in self.values.items(): t.history.update_metric(name, vs[t.epoch])
+
+class Epochs(Callback):
+    "Counts the epochs of a fit (their checkpoints)"
+    def before_fit(self, t): self.n = 0
+    def checkpoint(self, t, at): self.n += at == 'epoch'
