@@ -144,3 +144,5 @@ def test_language_model_tutorial_is_saved_with_its_full_run():
     assert samples.count('--- step') >= 4 and 'The meaning of life is' in samples
     assert 'image/png' in _mimes(_outputs(nb, 'finder = make_trainer(model).lr_find('))
     assert 'identical' in _text(_outputs(nb, 'with tempfile.TemporaryDirectory() as d:'))
+    hf = re.search(r'GPT-2 \(transformers\) after (\d+) steps: validation perplexity ([\d.]+)', _text(_outputs(nb, "hf_loss = hf_trainer.history")))
+    assert hf and int(hf[1]) == 1000 and float(hf[2]) < bigram, 'the Hugging Face section is saved with its 1000-step run'
