@@ -52,8 +52,8 @@ def test_an_error_on_rank_1_ends_rank_0_at_once_naming_it(tmp_path):
     assert r0['ended'] - r1['raised_at'] < 10
 
 def test_an_error_outside_the_handlers_on_rank_1_ends_rank_0_naming_it(tmp_path):
-    "Rank 1's validation loader raises OSError, which no handler holds, and rank 1 goes on: rank 0 finds rank 1's error (posted in the
-    store) while it waits at its next agreement, and ends within seconds"
+    """Rank 1's validation loader raises OSError, which no handler holds, and rank 1 goes on: rank 0, waiting at its next agreement,
+    stops waiting when rank 1 closes the agreements' group and names rank 1's error (posted in the store), within seconds"""
     r0, r1 = launch(tmp_path, 'loader')
     assert (r1['outcome'], r1['error']) == ('error', 'OSError: the disk is gone on rank 1')
     assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1')
