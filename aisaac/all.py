@@ -24,6 +24,7 @@ from .dispatch import *
 from .registry import *
 from .clock import *
 from .overview import *
+from .ranks import *
 from .trainer import *
 from .persist import *
 from .checkpoint import *
@@ -57,7 +58,7 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
-from . import utils, plot, models, memory, history, helpers, callback, depends, dispatch, registry, clock, overview, trainer, persist, \
+from . import utils, plot, models, memory, history, helpers, callback, depends, dispatch, registry, clock, overview, ranks, trainer, persist, \
     checkpoint, testing, data, collate, learner, text, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
     stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
@@ -76,6 +77,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     registry,
     clock,
     overview,
+    ranks,
     trainer,
     persist,
     checkpoint,

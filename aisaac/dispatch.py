@@ -95,6 +95,7 @@ class CallbackMixin:
     runtime_attrs = ()    # attributes the class sets while it runs: no callback may take their name
     required_events = ()  # events that need a handler of their own: when none has one, `self._missing(event)` stands in (and raises)
     setup_events = ()     # events where a callback with `must_start = True` fails the owner whatever its `on_error` (a logger that cannot start)
+    _hold = None          # in a distributed fit, `aisaac.ranks` holds a stop or error raised by a handler until every process agrees on it
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._entries, self._table, self._seq, self.cbs = {}, {}, itertools.count(), []
@@ -190,11 +191,13 @@ class CallbackMixin:
         try:
             for f in plan: f(self)  # the hot loop: nothing but the calls
         except CancelException as e:  # remember who cancelled, for the error if it escapes its phase
-            _blame(e, self, *plan.handlers[_index(plan, f)][2:])
-            raise
+            i = _index(plan, f)
+            _blame(e, self, *plan.handlers[i][2:])
+            if self._hold is None or not self._hold(e, plan.handlers[i][2]): raise
+            self._run_each(plan.handlers[i+1:], {})  # held until the processes agree (`aisaac.ranks`): the event goes on
         except Exception as e:  # find who failed, apply its error policy, then run the handlers after it
             i = _index(plan, f)
-            if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]): raise
+            if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]) and (self._hold is None or not self._hold(e, plan.handlers[i][2])): raise
             self._run_each(plan.handlers[i+1:], {})
 
     def has_handlers(self, event:str): # an event's name
@@ -207,9 +210,9 @@ class CallbackMixin:
             try: f(self, **(kwargs if names is None or names.issuperset(kwargs) else {k: v for k, v in kwargs.items() if k in names}))
             except CancelException as e:
                 _blame(e, self, cb, event)
-                raise
+                if self._hold is None or not self._hold(e, cb): raise
             except Exception as e:
-                if self._failed(e, event, cb): raise
+                if self._failed(e, event, cb) and (self._hold is None or not self._hold(e, cb)): raise
 
 # %% ../nbs/11_dispatch.ipynb #ca839ca3
 @patch
@@ -240,9 +243,9 @@ def _call(self:CallbackMixin, f, event, cb, kwargs):
     try: return f(self, **kwargs)
     except CancelException as e:
         _blame(e, self, cb, event)
-        raise
+        if self._hold is None or not self._hold(e, cb): raise
     except Exception as e:
-        if self._failed(e, event, cb): raise
+        if self._failed(e, event, cb) and (self._hold is None or not self._hold(e, cb)): raise
 
 def _blame(e, owner, cb, event):
     "Note on the cancel exception `e` which handler raised it first (`raised_in`), for the error if it escapes its phase"
@@ -279,9 +282,11 @@ def _run_all(self:CallbackMixin, event, err=None, **kwargs):
     failures = []
     for f, names, cb, ev in self._plan_of(event).handlers:
         try: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
-        except CancelException as e: failures.append(_blame(e, self, cb, ev))
+        except CancelException as e:  # held for the processes to agree on (`aisaac.ranks`), unless a phase is unwinding
+            _blame(e, self, cb, ev)
+            if err is not None or self._hold is None or not self._hold(e, cb): failures.append(e)
         except Exception as e:
-            if self._failed(e, ev, cb): failures.append(e)
+            if self._failed(e, ev, cb) and (err is not None or self._hold is None or not self._hold(e, cb)): failures.append(e)
     if failures: _settle(err, failures)
 
 @patch

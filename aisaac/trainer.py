@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
                              CancelFitException, CancelStepException, with_cbs)
 from .dispatch import CallbackMixin, _Plan, _handler, _name_of
+from .ranks import _fit_error, _ranks_cbs  # a distributed fit's agreements
 from .utils import is_main_process
 from .clock import Clock, Every, LoaderStream
 from .overview import CallbackSummary, view_source_code  # `summarize_callbacks` on every trainer
@@ -106,6 +107,7 @@ class Trainer(CallbackMixin):
             self._check_steps(train)
             self._switch_off_main_only()
             self.check_needs()  # a callback that needs what nothing provides: an error before anything runs
+            added += self.add_callbacks(_ranks_cbs(self))  # on several processes: stops agreed, an error ends all (`aisaac.ranks`)
             self._plan_passes(n_epochs, steps, valid_every)
             self.lr, self.do_train, self.do_valid, self._stop_reason = lr, train, valid, None
             self.opt = self.opt_func(self.model.parameters(), lr=lr)
@@ -115,7 +117,7 @@ class Trainer(CallbackMixin):
             self._fit(train, valid)
         except CancelFitException: pass  # raised in `cleanup_fit`: the fit is over anyway
         except (Exception, KeyboardInterrupt) as e:
-            err = _escaped(e) if isinstance(e, CancelException) else e
+            err = _fit_error(self, _escaped(e) if isinstance(e, CancelException) else e)  # on several processes: the first failed one's
             self._run_all('on_exception', err, exception=err)  # every handler runs; their failures become notes on `err`
             if err is e: raise
             raise err from e

@@ -36,7 +36,7 @@ def _same_random_state(*loaders):
 
 class _Peek(Callback):
     "Keep the batch the model would get, and stop the fit before the forward pass"
-    order = 10**9
+    order, runs_on = 10**9, 'collective'  # every process stops here: no agreement in a distributed fit, so none runs the forward pass
     def before_predict(self, trainer):
         self.batch = trainer.batch
         raise CancelFitException()

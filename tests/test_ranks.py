@@ -1,0 +1,61 @@
+"""Processes that agree (`aisaac.ranks`), on 2 CPU processes (torchrun, gloo, DistributedDataParallel): a stop decided on one process
+ends the fit on both at the same batch, and an error on one ends both within seconds, naming it. Without the agreements each case
+hangs: `ranks_run.py ... plain` shows it (the processes wait for each other until the gloo timeout)."""
+import json, os, signal, subprocess, sys
+from pathlib import Path
+import pytest
+
+HERE = Path(__file__).parent
+LIMIT = 120  # seconds for a run of 2 processes; each case ends in a few once they have started
+
+def launch(out, case, *args):
+    "Run tests/ranks_run.py's `case` on 2 processes; each process's result, or a failure when the run outlives `LIMIT`"
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(HERE/'ranks_run.py'), str(out), case, *args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try: log, _ = p.communicate(timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # torchrun and both processes
+        p.communicate()
+        pytest.fail(f"the case {case!r} did not end in {LIMIT} s: a process waits for the other")
+    assert p.returncode == 0, log[-4000:]
+    return [json.loads((out/f'result_{r}.json').read_text()) for r in range(2)]
+
+def test_a_stop_on_rank_0_before_the_step_ends_both_without_stepping(tmp_path):
+    "Rank 0 raises CancelFitException in `after_loss` of the 4th batch: both end with 3 optimizer steps and the same weights"
+    r0, r1 = launch(tmp_path, 'cancel')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['epoch'], r.get('error')) == ('cancelled', 3, 0, None)
+    assert r0['weights'] == r1['weights']
+    assert r0['exception'] == 'CancelFitException: rank 0 stops'
+    assert r1['exception'] == 'CancelFitException: CancelFitException raised on rank 0 in RaiseAt.after_loss: rank 0 stops'
+    assert r1['ended'] - r0['raised_at'] < 10
+
+def test_early_stopping_on_rank_0_only_stops_both_after_the_same_epoch(tmp_path):
+    "Rank 0's metric gets worse after epoch 0, rank 1's better: EarlyStoppingCB stops rank 0 after epoch 1, and rank 1 with it"
+    r0, r1 = launch(tmp_path, 'early')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['epoch'], r.get('error')) == ('cancelled', 16, 1, None)
+    assert r0['weights'] == r1['weights']
+    assert r0['stop_reason'].startswith('EarlyStoppingCB: score has not improved')
+    assert r1['stop_reason'] == r0['stop_reason'] + ' (on rank 0)'
+
+def test_a_pass_cancelled_on_rank_1_ends_that_pass_on_both(tmp_path):
+    "Rank 1 raises CancelEpochException after the 2nd step: both end epoch 0's training pass there, then train 2 more epochs"
+    r0, r1 = launch(tmp_path, 'epoch')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['epoch'], r.get('error')) == ('ok', 2 + 2 * 8, 2, None)
+    assert r0['weights'] == r1['weights']
+
+def test_an_error_on_rank_1_ends_rank_0_at_once_naming_it(tmp_path):
+    "Rank 1 raises ValueError in `after_loss`: held, it ends both at the agreement before the step, although rank 1 goes on afterwards"
+    r0, r1 = launch(tmp_path, 'error')
+    assert (r1['outcome'], r1['error']) == ('error', 'ValueError: a bad batch on rank 1')
+    assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: ValueError: a bad batch on rank 1')
+    assert r0['steps'] == r1['steps'] == 3
+    assert r0['ended'] - r1['raised_at'] < 10
+
+def test_an_error_outside_the_handlers_on_rank_1_ends_rank_0_naming_it(tmp_path):
+    """Rank 1's validation loader raises OSError, which no handler holds, and rank 1 goes on: rank 0, waiting at its next agreement,
+    stops waiting when rank 1 closes the agreements' group and names rank 1's error (posted in the store), within seconds"""
+    r0, r1 = launch(tmp_path, 'loader')
+    assert (r1['outcome'], r1['error']) == ('error', 'OSError: the disk is gone on rank 1')
+    assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1')
+    assert r0['steps'] == r1['steps'] == 8
+    assert r0['ended'] - r1['raised_at'] < 10
