@@ -80,12 +80,12 @@ def _names(v, what):
         raise TypeError(f"`{what}` must be names (strings) of trainer attributes or history metrics, e.g. ('valid_loss',): got {v!r}")
     return res
 
-def provided(cb):
+def provided(cb): # a callback
     "What `cb` says it provides (names or glob patterns); `None` when it does not say (a callback from outside aisaac)"
     v = _names(getattr(cb, 'provides', None), f'{type(cb).__name__}.provides')
     return () if v is None and _ours(cb) else v
 
-def needed(cb):
+def needed(cb): # a callback
     "What `cb` says it needs: names of trainer attributes or history metrics"
     return _names(getattr(cb, 'needs', None), f'{type(cb).__name__}.needs') or ()
 
@@ -94,7 +94,7 @@ def _provides_name(provides, name): return any(fnmatch.fnmatchcase(name, p) for 
 # %% ../nbs/15_depends.ipynb #4f78d18e
 _step_provides = {'predict': ('preds',), 'get_loss': ('loss',)}  # a trainer subclass's own steps, and what they set
 
-def owner_provides(owner):
+def owner_provides(owner): # the object that has the callbacks (the trainer)
     "What `owner` (the trainer) provides itself: its attributes, and what its own steps set; `None` when a class of its own runs a loop of its own"
     cls = type(owner)
     if not _ours(owner) and (getattr(cls, 'class_callbacks', ()) or any(cls.__dict__.get(n) for n in ('one_batch', '_one_epoch', 'fit'))):
@@ -103,7 +103,9 @@ def owner_provides(owner):
     return res + sum((ps for ev, ps in _step_provides.items() if ev in getattr(cls, 'own_events', ()) and callable(getattr(cls, ev, None))), ())
 
 # %% ../nbs/15_depends.ipynb #bc799b3d
-def need_report(owner, cbs:list, names:list): # the trainer, its active callbacks and their names on it
+def need_report(owner, # the trainer
+                cbs:list, # its callbacks that run (not switched off)
+                names:list): # their names on the trainer
     "For each need of each callback: `(callback name, need, providers)`; `providers` lists who provides it, or is `None` when undeclared callbacks might"
     provs = [(n, provided(cb)) for n, cb in zip(names, cbs)] + [(type(owner).__name__, owner_provides(owner))]
     undeclared = any(p is None for _, p in provs)
@@ -114,7 +116,9 @@ def need_report(owner, cbs:list, names:list): # the trainer, its active callback
             res.append((name, need, who if who or not undeclared else None))
     return res
 
-def check_needs(owner, cbs:list, names:list): # the trainer, its active callbacks and their names on it
+def check_needs(owner, # the trainer
+                cbs:list, # its callbacks that run (not switched off)
+                names:list): # their names on the trainer
     "Raise when a callback needs a name that no callback (nor the trainer) provides, and every callback declares what it provides"
     for name, need, who in need_report(owner, cbs, names):
         if who == []:

@@ -49,7 +49,9 @@ def summarize_callbacks(self:CallbackMixin):
 class CallbackPlan(CallbackSummary):
     "Rows of (event, position, callback, order, why it runs there), then `needs`: rows of (callback, need, provided by); shows as tables"
     headers = ('event', '#', 'callback', 'order', 'why here')
-    def __init__(self, rows=(), needs=()): super().__init__(rows); self.needs = CallbackSummary(needs)
+    def __init__(self, rows=(), # (event, position, callback, order, why) rows
+                 needs=()): # (callback, need, provided by) rows
+        super().__init__(rows); self.needs = CallbackSummary(needs)
     def __repr__(self): return super().__repr__() + (f'\n\n{_Needs(self.needs)!r}' if self.needs else '')
     def _repr_markdown_(self): return super()._repr_markdown_() + (f'\n\n{_Needs(self.needs)._repr_markdown_()}' if self.needs else '')
 
