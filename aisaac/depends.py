@@ -127,7 +127,7 @@ def check_needs(owner, # the trainer
 
 def _candidates(need):
     "Which callback classes could provide `need`, as a hint for the error"
-    found, todo = [], list(_callback_classes())
+    found, todo = [], _subclasses(Callback)
     for cls in todo:
         p = cls.__dict__.get('provides')
         if isinstance(p, (tuple, list, str)) and _provides_name((p,) if isinstance(p, str) else p, need) and cls.__name__ not in found:
@@ -136,8 +136,8 @@ def _candidates(need):
     return (how + "; or, if a callback of yours sets it, declare that on its class: `provides = ('" + need + "',)`. "
             "`MetricsCB` records 'train_loss', 'valid_loss' and each of its metrics by name.")
 
-def _callback_classes():
-    "`Callback` and all its subclasses loaded now"
-    res, todo = [], [Callback]
-    while todo: res.append(c := todo.pop(0)); todo += c.__subclasses__()
+def _subclasses(cls):
+    "`cls` and every subclass of it loaded now, at any depth"
+    res, todo = [], [cls]
+    while todo: res.append(c := todo.pop()); todo += c.__subclasses__()
     return res

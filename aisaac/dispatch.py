@@ -12,7 +12,7 @@ import collections, functools, inspect, itertools, warnings, weakref
 from fastcore.basics import patch
 from .callback import (Callback, CancelException, with_cbs, _phase_events, _check_callback, _check_hooks, _listify,
                              _flatten, _settle, _Around)
-from .depends import resolve_order
+from .depends import resolve_order, _subclasses
 
 # %% ../nbs/11_dispatch.ipynb #1127b05b
 def _rank(cb, rank): return 0 if getattr(cb, 'core', False) else rank
@@ -62,11 +62,6 @@ def _foreign_hooks(owner):
     "Other libraries' hook names with the event to use instead, as `owner`'s class lists them (every class's, for `None`)"
     classes = _subclasses(CallbackMixin) if owner is None else [type(owner)]
     return {k: v for cls in classes for k, v in getattr(cls, 'foreign_hooks', {}).items()}
-
-def _subclasses(cls):
-    res, todo = [], [cls]
-    while todo: res.append(c := todo.pop()); todo += c.__subclasses__()
-    return res
 
 # %% ../nbs/11_dispatch.ipynb #64770ecd
 _Entry = collections.namedtuple('_Entry', 'order rank seq name cb')  # rank: 0 core, 1 the user's, 2 global

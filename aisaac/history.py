@@ -35,27 +35,20 @@ class RunHistory:
                       step:int=None, # the epoch or batch it belongs to; default: one after the series' last step
                       per:str='epoch'): # `'epoch'` or `'batch'`: which series
         "Record `value` for metric `name`"
-        if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
-        try: table = self._series[per]  # (`_table`, inlined: monitors record every batch)
-        except KeyError: table = self._table(per)  # raises, naming the choices
-        steps, values = table.setdefault(name, ([], []))
-        value = value.detach() if isinstance(value, torch.Tensor) else value
-        if step is not None and steps and int(step) == steps[-1]: values[-1] = value  # the same step again: replace
-        else:
-            steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
-            values.append(value)
+        if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")  # (before it is a dict key)
+        self.update_metrics({name: value}, step, per)
 
     def update_metrics(self, values:dict, # {name: value}, as `update_metric` takes each
                        step:int=None, # the epoch or batch they belong to
                        per:str='epoch'): # `'epoch'` or `'batch'`
         "Record each of `values` at `step`: `update_metric` for several names at once (the monitors record every batch)"
-        try: table = self._series[per]
-        except KeyError: table = self._table(per)
+        try: table = self._series[per]  # (`_table`, inlined: monitors record every batch)
+        except KeyError: table = self._table(per)  # raises, naming the choices
         for name, value in values.items():
             if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
             steps, vals = table.setdefault(name, ([], []))
             value = value.detach() if isinstance(value, torch.Tensor) else value
-            if step is not None and steps and step == steps[-1]: vals[-1] = value
+            if step is not None and steps and int(step) == steps[-1]: vals[-1] = value  # the same step again: replace
             else:
                 steps.append((steps[-1] + 1 if steps else 0) if step is None else int(step))
                 vals.append(value)

@@ -106,19 +106,13 @@ class StubTrainer(Trainer):
             for training, bs, ms in ((True, batches, {}), (False, valid_batches, {k: v[self.epoch] for k, v in metrics.items()})):
                 self.model.train(training)
                 self._pass_plan = bs, ms
-                (self._train_stub if training else self._validate_stub)()
+                (self._train if training else self._validate)()  # the trainer's own phases, over the stub's `_one_epoch`
             self.run_callbacks('checkpoint', at='epoch')
             if self._stop_reason is not None: raise CancelFitException(self._stop_reason)
         self.outcome = 'ok'
 
-    @with_cbs('train', CancelEpochException)
-    def _train_stub(self): self._epoch_stub()
-
-    @with_cbs('validate', CancelEpochException)
-    def _validate_stub(self): self._epoch_stub()
-
     @with_cbs('epoch', CancelEpochException)
-    def _epoch_stub(self):
+    def _one_epoch(self):
         "A pass over the planned batches; at its end the epoch's metrics go into the history"
         batches, metrics = self._pass_plan
         for self.batch_num, state in enumerate(batches): self._batch(dict(state))
