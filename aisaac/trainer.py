@@ -8,11 +8,11 @@ Docs: https://aisaac-dev.github.io/aisaac/trainer.html.md"""
 __all__ = ['Trainer']
 
 # %% ../nbs/20_trainer.ipynb #db45de1e
-import collections.abc, inspect, itertools, math, numbers, warnings
+import collections.abc, inspect, itertools, math, numbers, time, warnings
 import torch
 from fastcore.basics import patch
 from .callback import (CancelBackwardException, CancelBatchException, CancelEpochException, CancelException,
-                             CancelFitException, CancelStepException, with_cbs)
+                             CancelFitException, CancelStepException, with_cbs, _trainer_foreign_hooks, _trainer_foreign_steps)
 from .dispatch import CallbackMixin, _Plan, _handler, _name_of
 from .ranks import _fit_error, _ranks_cbs  # a distributed fit's agreements
 from .utils import is_main_process
@@ -75,6 +75,7 @@ class Trainer(CallbackMixin):
     required_events = ('predict', 'get_loss', 'backward', 'step')  # with no handler, the step raises when it would run
     setup_events = ('before_fit',)  # a logger (`must_start`) that fails here stops the fit, whatever its `on_error`
     nonfinite_loss = 'raise'  # a NaN or infinite training loss at the end of an epoch: 'raise', 'warn', or None to go on
+    log_chunk, log_chunk_secs, _logs = 50, 1.0, None  # in a pass, per-batch `log` values reach the loggers this many at once, or this often (s)
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`; `None`: the model computes its own loss
                  opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit
@@ -155,17 +156,29 @@ class Trainer(CallbackMixin):
 
     @with_cbs('epoch', CancelEpochException)
     def _one_epoch(self):
-        batches = iter(self.dl)
-        for self.batch_num in itertools.count(self.first_batch):
-            self.run_callbacks('before_dataloader')
-            if (batch := next(batches, _END)) is _END:
-                if self.steps is None and self.model.training: self.clock.epoch += 1  # a pass over the training data ended
-                break
-            self.batch = batch
-            self.run_callbacks('after_dataloader')
-            self.one_batch()
-            if self.model.training: self.run_callbacks('checkpoint', at='batch')
-        if self.batch_num == 0: raise ValueError(_no_batches(self))
+        batches, held = iter(self.dl), self._logs  # a pass holds its per-batch `log` values and sends them in chunks (`log`)
+        if held: self._send_logs([])  # a pass inside a pass (a callback's sub-run): the outer pass's values go first
+        self._logs = []
+        try:
+            for self.batch_num in itertools.count(self.first_batch):
+                self.run_callbacks('before_dataloader')
+                if (batch := next(batches, _END)) is _END:
+                    if self.steps is None and self.model.training: self.clock.epoch += 1  # a pass over the training data ended
+                    break
+                self.batch = batch
+                self.run_callbacks('after_dataloader')
+                self.one_batch()
+                if self.model.training: self.run_callbacks('checkpoint', at='batch')
+            if self.batch_num == 0: raise ValueError(_no_batches(self))
+        finally: self._send_logs(None if held is None else [])  # before `after_epoch`, also when the pass failed: nothing held is lost
+
+    def _send_logs(self, new): # what holds the values from now on: `[]`, or `None` once the pass is over
+        "Send the per-batch `log` values held in this pass to the loggers, in order"
+        held, self._logs = self._logs, new
+        for metrics, step in held or ():
+            try: plan = self._table['log/batch']  # looked up for each: a logger that failed and was switched off gets no more
+            except KeyError: plan = self._table['log/batch'] = _wanting(self._plan_of('log'), 'batch')
+            self._run_each(plan.handlers, {'metrics': metrics, 'step': step, 'per': 'batch'})
 
     @with_cbs('batch', CancelBatchException)
     def one_batch(self):
@@ -323,35 +336,8 @@ Trainer.runtime_attrs = ('model', 'dls', 'loss_func', 'opt_func', 'opt', 'cbs', 
                          'valid_every')
 
 # %% ../nbs/20_trainer.ipynb #fbea3e8a
-def _foreign(names, event): return dict.fromkeys(names.split(), event)
-
-_tr, _va = ' (in training: `trainer.training` is True)', ' (in validation: `trainer.training` is False)'
-Trainer.foreign_hooks = {  # other libraries' hook names (Lightning, Cerebras, Keras, pytorch-accelerated, Composer, fastai): aisaac's event
-    **_foreign('on_fit_start on_train_start on_train_begin on_training_run_start fit_start', '`before_fit`'),
-    **_foreign('on_fit_end on_train_end on_training_run_end fit_end', '`after_fit`'),
-    **_foreign('on_train_epoch_start epoch_start', '`before_train`'), **_foreign('on_train_epoch_end epoch_end', '`after_train`'),
-    **_foreign('on_epoch_start on_epoch_begin', '`before_epoch`'), **_foreign('on_epoch_end', '`after_epoch`'),
-    **_foreign('on_validation_start on_validate_start on_validation_epoch_start on_eval_epoch_start on_test_begin eval_start', '`before_validate`'),
-    **_foreign('on_validation_end on_validate_end on_validation_epoch_end on_eval_epoch_end on_test_end eval_end', '`after_validate`'),
-    **_foreign('on_batch_begin on_batch_start batch_start', '`before_batch`'), **_foreign('on_batch_end batch_end', '`after_batch`'),
-    **_foreign('on_train_batch_start on_train_batch_begin on_train_step_start before_train_batch', '`before_batch`' + _tr),
-    **_foreign('on_train_batch_end on_train_step_end', '`after_batch`' + _tr),
-    **_foreign('on_validation_batch_start on_validate_batch_start on_test_batch_begin on_eval_step_start eval_batch_start', '`before_batch`' + _va),
-    **_foreign('on_validation_batch_end on_validate_batch_end on_test_batch_end on_eval_step_end eval_batch_end', '`after_batch`' + _va),
-    **_foreign('on_before_forward before_forward', '`before_predict`'), **_foreign('on_after_forward after_forward after_pred', '`after_predict`'),
-    **_foreign('on_before_backward', '`before_backward`'), **_foreign('on_after_backward', '`after_backward`'),
-    **_foreign('on_before_optimizer_step', '`before_step`'), **_foreign('on_after_optimizer_step after_train_batch', '`after_step`'),
-    **_foreign('on_before_zero_grad on_before_optimizer_zero_grad', '`before_zero_grad`'),
-    **_foreign('on_after_optimizer_zero_grad', '`after_zero_grad`'),
-    **_foreign('on_before_scheduler_step', '`before_scheduler_step`'), **_foreign('on_after_scheduler_step', '`after_scheduler_step`'),
-    **_foreign('on_save_checkpoint batch_checkpoint epoch_checkpoint on_training_run_epoch_end', '`checkpoint` (its `at` argument says batch or epoch)'),
-    **_foreign('on_init_end', '`after_create`'), **_foreign('on_stop_training_error', '`on_exception`'),
-    **{f'after_cancel_{p}': f"`cleanup_{p}` (it always runs; `trainer.outcome == 'cancelled'` says it was cancelled)"
-       for p in ('batch', 'epoch', 'train', 'validate', 'fit')},
-}
-Trainer.foreign_steps = {'calculate_train_batch_loss': '`predict` and `get_loss`', 'calculate_eval_batch_loss': '`predict` and `get_loss`',
-                         'training_step': '`predict` and `get_loss`', 'backward_step': '`backward`', 'optimizer_step': '`step`',
-                         'optimizer_zero_grad': '`zero_grad`'}
+Trainer.foreign_hooks = _trainer_foreign_hooks  # other libraries' hook names, with the event to use instead (`aisaac.callback`, beside the check)
+Trainer.foreign_steps = _trainer_foreign_steps  # other libraries' names of the training steps
 
 # %% ../nbs/20_trainer.ipynb #a2704558
 def _wanting(plan, per):
@@ -369,6 +355,12 @@ def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are re
     except KeyError: plan = self._table[key] = _wanting(self._plan_of('log'), per)
     if not plan: return  # no logger wants them: nothing to read or copy
     metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}  # the loggers' own copy, tensors read
+    if per == 'batch' and (held := self._logs) is not None:  # in a pass: held, and sent in chunks (one hot loop instead of many cold calls)
+        if not held: self._held_since = time.monotonic()
+        held.append((metrics, step))
+        if len(held) >= self.log_chunk or time.monotonic() - self._held_since >= self.log_chunk_secs: self._send_logs([])
+        return
+    if self._logs: self._send_logs([])  # what is held goes first: every logger gets the values in the order they were logged
     self._run_each(plan.handlers, {'metrics': metrics, 'step': step, 'per': per})
 
 _log_keys = {'epoch': 'log/epoch', 'batch': 'log/batch'}  # the dispatch table's keys of `log`'s plans (no string made per call)
@@ -378,6 +370,7 @@ def log_image(self:Trainer, name:str, # what the image shows, e.g. `'predictions
               image, # a matplotlib `Figure`, or an array or tensor: HxW, HxWxC (channels last) or CxHxW, floats in [0, 1] or `uint8`
               step:int=None): # the epoch it belongs to
     "Send `image` to every logger callback that takes images, through the `log_image` event"
+    if self._logs: self._send_logs([])  # the values logged before it go first
     self.run_callbacks('log_image', name=name, image=image, step=step)
 
 @patch
@@ -386,4 +379,5 @@ def log_text(self:Trainer, name:str, # what the text is, e.g. `'sample'`
              step:int=None): # the optimizer step (or epoch) it belongs to
     "Send `text` to every logger callback that takes text (and the progress display), through the `log_text` event"
     if not isinstance(text, str): raise TypeError(f"`text` must be a string (got {type(text).__name__})")
+    if self._logs: self._send_logs([])  # the values logged before it go first
     self.run_callbacks('log_text', name=name, text=text, step=step)

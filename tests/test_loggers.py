@@ -273,3 +273,108 @@ def test_results_file_that_cannot_be_made_stops_the_fit_at_set_up(tmp_path):
     w = Weights()
     with pytest.raises(FileExistsError) as e: fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'), w)
     assert any('ResultsFileCB.before_fit' in n for n in e.value.__notes__) and w.batches == 0
+
+# ---------------------------------------------------------------- per-batch values reach the loggers in chunks
+class Got(Callback):
+    "A logger that records each value it gets, with the trainer's batch and pass when it got it"
+    def __init__(self): self.got = []
+    def log(self, t, metrics, step, per): self.got.append((per, step, dict(metrics), t.batch_num, t.training))
+
+class LogEach(Callback):
+    "Logs the batch's number at every batch of both passes, and a per-epoch value after each pass"
+    order = -5
+    def after_batch(self, t): t.log({'b': t.batch_num, 'train': t.training}, step=t.batch_num, per='batch')
+    def after_epoch(self, t): t.log({'pass_end': t.batch_num}, step=t.epoch)
+
+def chunk_fit(*cbs, chunk=None, secs=None, n_epochs=1, **kw):
+    t = Trainer(cls_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2), callbacks=[BasicTrainCB(), *cbs])
+    if chunk is not None: t.log_chunk = chunk
+    if secs is not None: t.log_chunk_secs = secs
+    t.fit(n_epochs, lr=0.1, **kw)
+    return t
+
+def test_per_batch_values_reach_the_loggers_in_chunks_every_value_in_order():
+    "In a pass, `log_chunk` values at once, the rest at the pass's end; the epoch's values after them; the order is the order logged"
+    g = Got(); chunk_fit(LogEach(), g, chunk=3, n_epochs=2)
+    sent = [(per, step, m.get('b', m.get('pass_end'))) for per, step, m, _, _ in g.got]
+    want = []
+    for epoch in range(2):
+        for n in (4, 2):  # 4 training batches, then 2 validation batches
+            want += [('batch', b, b) for b in range(n)] + [('epoch', epoch, n)]
+    assert sent == want
+    train0 = [(b, at) for per, _, m, at, tr in g.got[:4] if per == 'batch' for b in [m['b']]]
+    assert train0 == [(0, 2), (1, 2), (2, 2), (3, 4)]  # three sent at batch 2, the last at the pass's end (the count is past the last batch)
+    g1 = Got(); chunk_fit(LogEach(), g1, chunk=1)
+    assert all(m['b'] == at for per, _, m, at, _ in g1.got if per == 'batch')  # `log_chunk = 1`: each sent at once
+    g0 = Got(); chunk_fit(LogEach(), g0, secs=0)
+    assert all(m['b'] == at for per, _, m, at, _ in g0.got if per == 'batch')  # a value held longer than `log_chunk_secs` goes at once
+    assert Trainer.log_chunk == 50 and Trainer.log_chunk_secs == 1.0
+
+def test_held_values_go_first_before_images_text_and_epoch_values_and_history_is_at_once():
+    class Mixed(Callback):
+        def after_batch(self, t):
+            if not t.training: return
+            t.history.update_metric('b', t.batch_num, step=t.batch_num, per='batch')
+            t.log({'b': t.batch_num}, step=t.batch_num, per='batch')
+            assert t.history.get_metric_values('b', per='batch')[-1] == t.batch_num  # the history has it now
+            if t.batch_num == 1: t.log_text('note', 'after batch 1')
+            if t.batch_num == 2: t.log({'mid': 1.0}, step=0)
+    class Seq(Got):
+        def log_text(self, t, name, text, step=None): self.got.append(('text', None, {'b': text}, t.batch_num, t.training))
+    s = Seq(); chunk_fit(Mixed(), s, valid=False)
+    assert [(per, m) for per, _, m, _, _ in s.got] == [('batch', {'b': 0}), ('batch', {'b': 1}), ('text', {'b': 'after batch 1'}),
+                                                        ('batch', {'b': 2}), ('epoch', {'mid': 1.0}), ('batch', {'b': 3})]
+
+def test_values_held_when_a_pass_fails_reach_the_loggers_and_the_file(tmp_path):
+    "An error in the middle of a pass: what was logged before it is written, before `on_exception` and the loggers' `cleanup_fit`"
+    class FailAtBatch(Callback):
+        order = -10
+        def after_batch(self, t):
+            if t.training and t.batch_num == 3: raise RuntimeError('boom')
+    class WhenFailed(Callback):
+        def on_exception(self, t, exception): self.had = [m['b'] for per, _, m, _, _ in g.got if per == 'batch']
+    g, w = Got(), WhenFailed()
+    with pytest.raises(RuntimeError, match='boom'): chunk_fit(LogEach(), FailAtBatch(), g, w, JSONLinesLogger(tmp_path/'l.jsonl'))
+    assert w.had == [0, 1, 2]  # LogEach (order -5) ran after FailAtBatch (order -10) raised: batch 3 logged nothing
+    assert [json.loads(l)['b'] for l in open(tmp_path/'l.jsonl')] == [0, 1, 2]
+
+def test_a_pass_inside_a_pass_sends_the_outer_values_first():
+    "A callback that validates in the middle of a training pass (its own sub-run): the order stays the order logged"
+    class MidValid(Callback):
+        order = 10
+        def after_batch(self, t):
+            if t.training and t.batch_num == 1:
+                dl, batch_num = t.dl, t.batch_num
+                t.one_epoch(False); t.model.train(); t.dl, t.batch_num = dl, batch_num
+    g = Got(); chunk_fit(LogEach(), MidValid(), g, valid=False)
+    seq = [(tr, m.get('b')) for per, _, m, _, _ in g.got if per == 'batch' for tr in [m['train']]]
+    assert seq == [(True, 0), (True, 1), (False, 0), (False, 1), (True, 2), (True, 3)]
+
+def test_a_training_only_fit_appends_its_csv_rows_with_the_monitors_epoch_values(tmp_path, monkeypatch):
+    "The loggers flush after the pass (not at `cleanup_epoch`): `SpeedMonitorCB`'s `after_train` values are in the row, no rewrite"
+    import aisaac.callbacks.loggers as lg
+    from aisaac.callbacks.monitors import SpeedMonitorCB
+    from aisaac.callbacks.results import ResultsFileCB
+    replaced = []
+    monkeypatch.setattr(lg.os, 'replace', lambda a, b: (replaced.append(b), __import__('os').rename(a, b)))
+    t = fit(CSVLogger(tmp_path/'e.csv'), SpeedMonitorCB(), ResultsFileCB(tmp_path/'r.jsonl'), n_epochs=4, valid=False)
+    assert replaced == [tmp_path/'e.csv'] * 2  # the empty file at the start, the first row with its header; then appends
+    rows = list(csv.DictReader(open(tmp_path/'e.csv')))
+    assert [float(r['train_time']) for r in rows] == t.history.get_metric_values('train_time') and len(rows) == 4
+    epochs = [json.loads(l) for l in open(tmp_path/'r.jsonl') if '"epoch"' in l and json.loads(l)['event'] == 'epoch']
+    assert [r['metrics']['train_time'] for r in epochs] == t.history.get_metric_values('train_time')
+
+def test_a_logger_that_fails_on_a_held_value_is_switched_off_once():
+    "A chunk of held values: the logger that fails on one warns once and gets none of the rest; the others get them all"
+    class Flaky(Got):
+        on_error = 'warn'
+        def log(self, t, metrics, step, per):
+            if per == 'batch' and metrics['b'] == 1: raise OSError('disk gone')
+            super().log(t, metrics, step, per)
+    f, g = Flaky(), Got()
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter('always')
+        chunk_fit(LogEach(), f, g, valid=False)
+    assert sum('disk gone' in str(w.message) for w in ws) == 1
+    assert [m['b'] for per, _, m, _, _ in f.got if per == 'batch'] == [0]
+    assert [m['b'] for per, _, m, _, _ in g.got if per == 'batch'] == [0, 1, 2, 3]

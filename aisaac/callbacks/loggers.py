@@ -45,9 +45,10 @@ class Logger(Callback):
     def flush(self): "Make sure what was logged is written"
     def close(self): "Release files and connections"
 
-    def cleanup_epoch(self, trainer):
-        "Flush at the end of every pass, so a crash keeps the log"
+    def cleanup_train(self, trainer):
+        "Flush at the end of every pass, after its last values (a monitor's `after_train` ones too), so a crash keeps the log"
         self.flush()
+    cleanup_validate = cleanup_train
 
     def cleanup_fit(self, trainer):
         "Flush and close at the end of the fit, also when it raised"

@@ -40,10 +40,11 @@ class ResultsFileCB(FileLogger):
         "Keep the epoch's metrics until the epoch ends"
         if per == 'epoch': self.epochs.setdefault(self.step_of('', step, per), {}).update(metrics)
 
-    def cleanup_epoch(self, trainer):
-        "After an epoch's last pass, write its line"
+    def cleanup_train(self, trainer):
+        "After an epoch's last pass, write its line (after the pass's last values, a monitor's `after_train` ones too)"
         if not trainer.training or not trainer.do_valid: self._write_epochs()
         self.flush()
+    cleanup_validate = cleanup_train
 
     def _write_epochs(self):
         for step in sorted(set(self.epochs) - self.written):
