@@ -90,10 +90,10 @@ class RanksCB(Callback):
 
     def around_fit(self, trainer):
         "Hold, for this fit, what handlers raise (`trainer._hold`), from before the first `before_fit` handler; close the agreements' group after"
-        trainer._hold = self.hold
+        trainer._hold, trainer.agreed_notice = self.hold, 0
         try: yield
         finally:
-            trainer.__dict__.pop('_hold', None)
+            trainer.__dict__.pop('_hold', None); trainer.__dict__.pop('agreed_notice', None)
             self._close()
 
     def _close(self):
@@ -118,7 +118,7 @@ class RanksCB(Callback):
         requested = event == 'checkpoint' and getattr(trainer, '_stop_reason', None) is not None
         if requested and code < 2: code, e = 2, None
         point = _points.index(event) + 1
-        f = torch.tensor([_flag(code, self.rank, self.world), point, -point])
+        f = torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0)])
         self.agreements += 1
         if code == 3: self.fail(e)  # posted first, so that every process names this error, whatever happens to the agreement
         try:
@@ -129,8 +129,9 @@ class RanksCB(Callback):
             if code == 3: raise self._release(event) from err
             if (other := self._failure()) is None: raise
             raise other from err
-        v, hi, lo = f.tolist()
+        v, hi, lo, notice = f.tolist()
         if hi != -lo: raise RuntimeError(_apart(self.rank, event, _points[(hi if hi != point else -lo) - 1]))
+        if notice > trainer.agreed_notice: trainer.agreed_notice = notice  # a notice any process got (`PreemptionCB`'s signal): now every one's
         if (stop := _unflag(v, self.world)) is None: return
         (code, src), info = stop, [_about(e, trainer) if stop[1] == self.rank else None]
         dist.broadcast_object_list(info, src=src, group=self.group)

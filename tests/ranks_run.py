@@ -5,12 +5,13 @@
 CASE is 'cancel' (rank 0 raises CancelFitException in `after_loss` once 3 optimizer steps are taken), 'early' (EarlyStoppingCB stops
 on rank 0 only, whose metric gets worse after epoch 0), 'epoch' (rank 1 raises CancelEpochException in `after_batch` once 2 steps are
 taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on for 15 s as a notebook's kernel
-would) or 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s). With `plain` the fit runs without the agreements
+would) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s) or 'preempt'
+(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)). With `plain` the fit runs without the agreements
 (`trainer.ranks_agree = False`): each case then ends wrong, or waits for the other process, until the gloo timeout (60 s here)
 or until that process exits. Each process writes OUT/result_<rank>.json:
 its outcome, error, optimizer steps, last epoch, weights, the stop's exception and times.
 """
-import datetime, json, sys, time, types
+import datetime, json, os, signal, sys, time, types
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from aisaac.callback import Callback, CancelEpochException, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB
+from aisaac.callbacks.savers import PreemptionCB
 
 class RaiseAt(Callback):
     "On process `rank` only, raise `exc` in the training pass's `event` once `steps` optimizer steps are taken"
@@ -31,6 +33,14 @@ class RaiseAt(Callback):
                 and trainer.clock.step == self.steps):
             self.raised_at = time.time()
             raise self.exc
+
+class SignalAt(Callback):
+    "On process `rank` only, send this process SIGTERM in the training pass's `after_loss` once `steps` optimizer steps are taken"
+    def __init__(self, rank, steps): self.rank, self.steps, self.raised_at = rank, steps, None
+    def after_loss(self, trainer):
+        if self.raised_at is None and dist.get_rank() == self.rank and trainer.model.training and trainer.clock.step == self.steps:
+            self.raised_at = time.time()
+            os.kill(os.getpid(), signal.SIGTERM)
 
 class Score(Callback):
     "Record the per-epoch metric 'score' after validation: on rank 0 it gets worse after epoch 0, on the other process better"
@@ -59,7 +69,8 @@ def loaders(n=64, n_valid=32, bs=4):
 CASES = {'cancel': lambda: [RaiseAt(0, 'after_loss', 3, CancelFitException('rank 0 stops'))],
          'epoch': lambda: [RaiseAt(1, 'after_batch', 2, CancelEpochException('rank 1 ends the pass'))],
          'error': lambda: [RaiseAt(1, 'after_loss', 3, ValueError('a bad batch on rank 1'))],
-         'early': lambda: [Score(), EarlyStoppingCB(patience=1, threshold=0., watch_metric='score')], 'loader': lambda: []}
+         'early': lambda: [Score(), EarlyStoppingCB(patience=1, threshold=0., watch_metric='score')], 'loader': lambda: [],
+         'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)]}
 
 if __name__ == '__main__':
     out, case, plain = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ['plain']
@@ -78,7 +89,8 @@ if __name__ == '__main__':
     exc = getattr(trainer, 'exception', None)
     res.update(ended=time.time(), fit_seconds=time.time() - start, outcome=trainer.outcome, steps=trainer.clock.step, epoch=trainer.epoch,
                weights=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(), stop_reason=trainer._stop_reason,
-               exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(cbs[0] if cbs else dls.valid, 'raised_at', None))
+               exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(cbs[0] if cbs else dls.valid, 'raised_at', None),
+               checkpoints=sorted(p.name for p in (out/'ckpt').glob('*.pt')) if case == 'preempt' else None)
     (out/f'result_{rank}.json').write_text(json.dumps(res))
     if case in ('error', 'loader') and res['raised_at'] is not None: time.sleep(15)  # it goes on a while (a notebook's kernel would): the other must not wait
     try: dist.destroy_process_group()

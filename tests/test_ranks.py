@@ -51,6 +51,18 @@ def test_an_error_on_rank_1_ends_rank_0_at_once_naming_it(tmp_path):
     assert r0['steps'] == r1['steps'] == 3
     assert r0['ended'] - r1['raised_at'] < 10
 
+def test_a_preemption_notice_on_rank_1_alone_checkpoints_and_ends_both_at_the_same_batch(tmp_path):
+    """Only rank 1 gets SIGTERM, in the 4th batch: the notice is agreed before that batch's step, so both take the step, rank 0 (the
+    main process) writes the checkpoint of that point, and both end as 'preempted'. Before, rank 1 alone stopped and rank 0, which
+    writes the checkpoints, wrote none"""
+    r0, r1 = launch(tmp_path, 'preempt')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['epoch'], r.get('error')) == ('preempted', 4, 0, None)
+    assert r0['weights'] == r1['weights']
+    assert r0['checkpoints'] == r1['checkpoints'] == ['checkpoint_0000_000004.pt']
+    import torch
+    state = torch.load(tmp_path/'ckpt'/'checkpoint_0000_000004.pt', weights_only=True)
+    assert (state['epoch'], state['batch']) == (0, 4)
+
 def test_an_error_outside_the_handlers_on_rank_1_ends_rank_0_naming_it(tmp_path):
     """Rank 1's validation loader raises OSError, which no handler holds, and rank 1 goes on: rank 0, waiting at its next agreement,
     stops waiting when rank 1 closes the agreements' group and names rank 1's error (posted in the store), within seconds"""

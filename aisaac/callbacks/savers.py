@@ -103,16 +103,17 @@ class PreemptionCB(Callback):
 
     def before_fit(self, trainer):
         "Install the signal handlers for this fit"
-        self.received, self.path = None, None
+        self.received, self.path, self._trainer, trainer.notice = None, None, trainer, 0
         if threading.current_thread() is not threading.main_thread():
             warnings.warn("PreemptionCB can only install signal handlers in the main thread: this fit is not protected from preemption")
             return
         for s in self.signals: self._old[s] = signal.signal(s, self._notice)
 
-    def _notice(self, signum, frame): self.received = signum
+    def _notice(self, signum, frame): self.received = self._trainer.notice = signum  # `aisaac.ranks` tells the other processes
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "After a notice: write the checkpoint and end the fit"
+        "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got)"
+        if (agreed := trainer.__dict__.get('agreed_notice')) is not None: self.received = agreed or None  # the processes agreed on it
         if self.received is None or not trainer.do_train: return
         epoch, batch = trainer.resume_point()
         self.path = trainer.save_checkpoint(self.dir/f'checkpoint_{epoch:04d}_{batch:06d}.pt')
