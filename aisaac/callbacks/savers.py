@@ -99,7 +99,7 @@ class PreemptionCB(Callback):
                  exit:bool=True): # after the fit's cleanup, exit with 128 + the signal's number; `False`: return from `fit`
         self.signals = [s for s in (getattr(signal, n, None) if isinstance(n, str) else signal.Signals(n) for n in signals) if s is not None]
         if not self.signals: raise ValueError(f"PreemptionCB got no signal this system has among {signals!r}: e.g. ('SIGTERM', 'SIGUSR1')")
-        self.dir, self.exit, self.received, self.path, self._old = Path(dir), exit, None, None, {}
+        self.dir, self.exit, self.received, self.path, self._old, self._trainer = Path(dir), exit, None, None, {}, None
 
     def before_fit(self, trainer):
         "Install the signal handlers for this fit"
@@ -109,7 +109,9 @@ class PreemptionCB(Callback):
             return
         for s in self.signals: self._old[s] = signal.signal(s, self._notice)
 
-    def _notice(self, signum, frame): self.received = self._trainer.notice = signum  # `aisaac.ranks` tells the other processes
+    def _notice(self, signum, frame):
+        self.received = signum
+        if self._trainer is not None: self._trainer.notice = signum  # `aisaac.ranks` tells the other processes
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
         "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got)"
@@ -122,7 +124,7 @@ class PreemptionCB(Callback):
     def cleanup_fit(self, trainer):
         "Put the previous signal handlers back; after a preemption, exit with 128 + the signal's number (with `exit`)"
         for s, h in self._old.items(): signal.signal(s, h)
-        self._old = {}
+        self._old, self._trainer = {}, None
         if self.exit and trainer.outcome == 'preempted' and self.received is not None:
             try_print(f"PreemptionCB: {signal.Signals(self.received).name} received; checkpoint {self.path}; exiting")
             raise SystemExit(128 + self.received)
