@@ -11,11 +11,11 @@ __all__ = ['StubTrainer']
 import contextlib, difflib, io, warnings
 import torch
 from fastcore.basics import patch
-from .callback import CancelEpochException, CancelFitException, with_cbs
+from .callback import CancelEpochException, CancelException, CancelFitException, with_cbs
 from .dispatch import _class_events
 from .clock import Clock
 from .history import RunHistory
-from .trainer import Trainer
+from .trainer import Trainer, _escaped
 
 # %% ../nbs/23_testing.ipynb #60a62d40
 _event_args = {'checkpoint': ('at',), 'step_skipped': ('reason',), 'on_exception': ('exception',), 'log_metrics': ('metrics',),
@@ -46,7 +46,7 @@ class StubTrainer(Trainer):
     required_events = ()  # it computes nothing: `predict`, `get_loss`, `backward` and `step` may go unhandled
     def __init__(self, *callbacks, # the callbacks under test (or groups, or lists of them)
                  **state): # trainer attributes callbacks read: `loss=`, `preds=`, `batch=`, `epoch=`, `training=False`, `history={...}`, `model=`, `opt=`, `lr=`...
-        self.logged, self.printed, self.warned = [], '', []
+        self.logged, self.images, self.texts, self.printed, self.warned = [], [], [], '', []
         self.epoch = self.batch_num = self.first_batch = 0
         self.n_epochs, self.epochs, self.do_train, self.do_valid = 1, range(1), True, True
         self.steps = self.valid_every = self.outcome = self.exception = self._stop_reason = None
@@ -165,6 +165,22 @@ def log(self:StubTrainer, metrics:dict, # {name: number}
         self.logged.append({'metrics': {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, 'step': step, 'per': per})
     Trainer.log(self, metrics, step, per)
 
+@patch
+def log_image(self:StubTrainer, name:str, # what the image shows
+              image, # a figure, an array or a tensor, as `Trainer.log_image` takes
+              step:int=None): # the epoch it belongs to
+    "Keep the image in `stub.images` (`{'name', 'image', 'step'}`), then send it on as `Trainer.log_image` does"
+    self.images.append({'name': name, 'image': image, 'step': step})
+    Trainer.log_image(self, name, image, step)
+
+@patch
+def log_text(self:StubTrainer, name:str, # what the text is
+             text:str, # the text
+             step:int=None): # the step it belongs to
+    "Keep the text in `stub.texts` (`{'name', 'text', 'step'}`), then send it on as `Trainer.log_text` does"
+    self.texts.append({'name': name, 'text': text, 'step': step})
+    Trainer.log_text(self, name, text, step)
+
 # %% ../nbs/23_testing.ipynb #94a563b7
 @patch
 def run_batch(self:StubTrainer, **state): # the state of this batch: `batch=`, `preds=`, `loss=`, `training=False`...
@@ -194,12 +210,22 @@ def run_epochs(self:StubTrainer, n_epochs:int=None, # how many epochs; default: 
     self._stub_plan = batches, valid_batches, metrics
     self._enable_all()  # a fit starts with every callback switched on (`fire` may have switched some off)
     self.clock.start()
-    try: self._capture(self._fit_stub)
-    except CancelFitException: pass  # raised in `cleanup_fit`: the fit is over anyway
+    try: self._capture(self._fit_or_fail)
     finally:
         self.clock.stop()
         self._enable_all()  # callbacks that `on_error='warn'` switched off run again in the next fit
     return self._ran
+
+@patch
+def _fit_or_fail(self:StubTrainer):
+    "`_fit_stub`, ended as `Trainer.fit` ends a fit: a fit's cancel is its end; an error runs every `on_exception` handler, then comes out"
+    try: self._fit_stub()
+    except CancelFitException: pass  # raised in `cleanup_fit`: the fit is over anyway
+    except (Exception, KeyboardInterrupt) as e:
+        err = _escaped(e) if isinstance(e, CancelException) else e  # a cancel that escaped its phase, as the trainer words it
+        self._run_all('on_exception', err, exception=err)  # every handler runs; their failures become notes on `err`
+        if err is e: raise
+        raise err from e
 
 # %% ../nbs/23_testing.ipynb #15f311de
 @patch

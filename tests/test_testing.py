@@ -143,3 +143,37 @@ def test_state_is_checked_and_converted():
     with pytest.raises(ValueError, match='one value per epoch'): stub.run_epochs(valid_loss=[1.0], accuracy=[0.5, 0.6])
     with pytest.raises(NotImplementedError, match='run_epochs'): stub.fit(1)
     assert len(StubTrainer([Epochs(), Epochs()]).cbs) == 2  # a list of callbacks, as `Trainer(callbacks=...)` takes it
+
+class FailsAtEpoch(Callback):
+    "Raises ValueError at the end of epoch 1's validation pass"
+    def after_epoch(self, trainer):
+        if trainer.epoch == 1 and not trainer.training: raise ValueError('bad epoch 1')
+
+class Alarm(Callback):
+    "Sends a text and keeps the exception when the fit fails"
+    def on_exception(self, trainer, exception):
+        self.got = exception
+        trainer.log_text('alarm', f'failed: {exception}')
+
+def test_a_failing_run_of_epochs_fires_on_exception_as_a_real_fit_does():
+    stub = StubTrainer(FailsAtEpoch(), a := Alarm())
+    with pytest.raises(ValueError, match='bad epoch 1') as info:
+        stub.run_epochs(3, valid_batches=[{}])  # one validation batch, as the real fit's
+    assert a.got is info.value and stub.texts == [{'name': 'alarm', 'text': 'failed: bad epoch 1', 'step': None}]
+    real = make_trainer([FailsAtEpoch(), alarm := Alarm()], n_valid=(4,))
+    with pytest.raises(ValueError, match='bad epoch 1') as rinfo:
+        real.fit(3, lr=0.01)
+    assert alarm.got is rinfo.value and rinfo.value.__notes__ == info.value.__notes__  # the same error, with the same note
+    class Escapes(Callback):
+        def after_epoch(self, trainer): raise CancelBatchException()  # a cancel where nothing catches it
+    with pytest.raises(RuntimeError, match='CancelBatchException was raised in Escapes.after_epoch, where nothing catches it'):
+        StubTrainer(Escapes()).run_epochs(1)
+
+def test_images_and_texts_are_kept():
+    class Shows(Callback):
+        def after_epoch(self, trainer):
+            if not trainer.training: trainer.log_image('preds', torch.zeros(3, 4, 4), step=trainer.epoch); trainer.log_text('note', 'hi', step=trainer.epoch)
+    stub = StubTrainer(Shows())
+    stub.run_epochs(2)
+    assert [(i['name'], i['step'], tuple(i['image'].shape)) for i in stub.images] == [('preds', 0, (3, 4, 4)), ('preds', 1, (3, 4, 4))]
+    assert stub.texts == [{'name': 'note', 'text': 'hi', 'step': 0}, {'name': 'note', 'text': 'hi', 'step': 1}]
