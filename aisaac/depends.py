@@ -44,9 +44,8 @@ def resolve_order(cbs:list, # callbacks sorted by `order`, core first, then as a
     "`cbs` reordered so that every `run_after`/`run_before` among them holds, otherwise as given; a cycle is a `ValueError`"
     rels = relations(cbs)
     if not rels: return list(cbs)
-    preds = [set() for _ in cbs]
-    for i, j, _ in rels: preds[j].add(i)
-    succs = [[j for j in range(len(cbs)) if i in preds[j]] for i in range(len(cbs))]
+    preds, succs = [set() for _ in cbs], [set() for _ in cbs]
+    for i, j, _ in rels: preds[j].add(i); succs[i].add(j)
     waiting = [len(p) for p in preds]
     ready, res = [i for i, n in enumerate(waiting) if n == 0], []
     heapq.heapify(ready)

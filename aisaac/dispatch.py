@@ -188,16 +188,21 @@ class CallbackMixin:
         except CancelException as e:  # remember who cancelled, for the error if it escapes its phase
             i = _index(plan, f)
             _blame(e, self, *plan.handlers[i][2:])
-            if self._hold is None or not self._hold(e, plan.handlers[i][2]): raise
+            if not self._held(e, plan.handlers[i][2]): raise
             self._run_each(plan.handlers[i+1:], {})  # held until the processes agree (`aisaac.ranks`): the event goes on
         except Exception as e:  # find who failed, apply its error policy, then run the handlers after it
             i = _index(plan, f)
-            if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]) and (self._hold is None or not self._hold(e, plan.handlers[i][2])): raise
+            if self._failed(e, plan.handlers[i][3], plan.handlers[i][2]) and not self._held(e, plan.handlers[i][2]): raise
             self._run_each(plan.handlers[i+1:], {})
 
     def has_handlers(self, event:str): # an event's name
         "Whether any callback (or the class) handles `event` now: a callback can do a thing itself when no other does"
         return bool(self._plan_of(event))
+
+    def _held(self, e, # the stop or error a handler raised
+              cb): # the callback whose handler raised it
+        "Whether `e` is held until the processes agree on it (`aisaac.ranks`, in a distributed fit) instead of raised now"
+        return self._hold is not None and self._hold(e, cb)
 
     def _run_each(self, handlers, kwargs):
         "Run `handlers` one at a time, each with the `kwargs` it names and under its callback's error policy"
@@ -205,9 +210,9 @@ class CallbackMixin:
             try: f(self, **(kwargs if names is None or names.issuperset(kwargs) else {k: v for k, v in kwargs.items() if k in names}))
             except CancelException as e:
                 _blame(e, self, cb, event)
-                if self._hold is None or not self._hold(e, cb): raise
+                if not self._held(e, cb): raise
             except Exception as e:
-                if self._failed(e, event, cb) and (self._hold is None or not self._hold(e, cb)): raise
+                if self._failed(e, event, cb) and not self._held(e, cb): raise
 
 # %% ../nbs/11_dispatch.ipynb #ca839ca3
 @patch
@@ -238,9 +243,9 @@ def _call(self:CallbackMixin, f, event, cb, kwargs):
     try: return f(self, **kwargs)
     except CancelException as e:
         _blame(e, self, cb, event)
-        if self._hold is None or not self._hold(e, cb): raise
+        if not self._held(e, cb): raise
     except Exception as e:
-        if self._failed(e, event, cb) and (self._hold is None or not self._hold(e, cb)): raise
+        if self._failed(e, event, cb) and not self._held(e, cb): raise
 
 def _blame(e, owner, cb, event):
     "Note on the cancel exception `e` which handler raised it first (`raised_in`), for the error if it escapes its phase"
@@ -279,9 +284,9 @@ def _run_all(self:CallbackMixin, event, err=None, **kwargs):
         try: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
         except CancelException as e:  # held for the processes to agree on (`aisaac.ranks`), unless a phase is unwinding
             _blame(e, self, cb, ev)
-            if err is not None or self._hold is None or not self._hold(e, cb): failures.append(e)
+            if err is not None or not self._held(e, cb): failures.append(e)
         except Exception as e:
-            if self._failed(e, ev, cb) and (err is not None or self._hold is None or not self._hold(e, cb)): failures.append(e)
+            if self._failed(e, ev, cb) and (err is not None or not self._held(e, cb)): failures.append(e)
     if failures: _settle(err, failures)
 
 @patch

@@ -15,7 +15,7 @@ from .callback import CancelEpochException, CancelException, CancelFitException,
 from .dispatch import _class_events
 from .clock import Clock
 from .history import RunHistory
-from .trainer import Trainer, _escaped
+from .trainer import Trainer, _escaped, _numbers
 
 # %% ../nbs/23_testing.ipynb #60a62d40
 _event_args = {'checkpoint': ('at',), 'step_skipped': ('reason',), 'on_exception': ('exception',), 'log_metrics': ('metrics',),
@@ -162,7 +162,7 @@ def log(self:StubTrainer, metrics:dict, # {name: number}
         per:str='epoch'): # `'epoch'` or `'batch'`
     "Keep what is logged in `stub.logged` (`{'metrics', 'step', 'per'}`, tensors read to numbers), then send it on as `Trainer.log` does"
     if isinstance(metrics, dict):
-        self.logged.append({'metrics': {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, 'step': step, 'per': per})
+        self.logged.append({'metrics': _numbers(metrics), 'step': step, 'per': per})
     Trainer.log(self, metrics, step, per)
 
 @patch

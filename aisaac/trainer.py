@@ -175,10 +175,8 @@ class Trainer(CallbackMixin):
     def _send_logs(self, new): # what holds the values from now on: `[]`, or `None` once the pass is over
         "Send the per-batch `log` values held in this pass to the loggers, in order"
         held, self._logs = self._logs, new
-        for metrics, step in held or ():
-            try: plan = self._table['log/batch']  # looked up for each: a logger that failed and was switched off gets no more
-            except KeyError: plan = self._table['log/batch'] = _wanting(self._plan_of('log'), 'batch')
-            self._run_each(plan.handlers, {'metrics': metrics, 'step': step, 'per': 'batch'})
+        for metrics, step in held or ():  # the plan looked up for each: a logger that failed and was switched off gets no more
+            self._run_each(_log_plan(self, 'log/batch', 'batch').handlers, {'metrics': metrics, 'step': step, 'per': 'batch'})
 
     @with_cbs('batch', CancelBatchException)
     def one_batch(self):
@@ -344,6 +342,16 @@ def _wanting(plan, per):
     "The handlers of `plan` whose callback wants values logged `per` epoch or batch (a logger's `wants(per)`; one without `wants` takes all)"
     return _Plan(tuple(h for h in plan.handlers if not callable(w := getattr(h[2], 'wants', None)) or w(per)))
 
+def _log_plan(trainer, key, per):
+    "The `log` handlers that want values `per` epoch or batch: a plan in the dispatch table under `key`, made the first time it is asked for"
+    try: return trainer._table[key]
+    except KeyError: plan = trainer._table[key] = _wanting(trainer._plan_of('log'), per)
+    return plan
+
+def _numbers(metrics):
+    "A copy of `metrics` with tensors read to Python numbers"
+    return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+
 @patch
 def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are read to numbers
         step:int=None, # the epoch or batch the values belong to; `None`: each logger numbers them in turn
@@ -351,10 +359,8 @@ def log(self:Trainer, metrics:dict, # {name: number}; one-element tensors are re
     "Send `metrics` to every logger callback through the `log` event"
     if not isinstance(metrics, dict): raise TypeError(f"`metrics` must be a dict of {{name: number}} (got {type(metrics).__name__}): e.g. `trainer.log({{'lr': 0.01}})`")
     if (key := _log_keys.get(per)) is None: raise ValueError(f"`per` must be 'epoch' or 'batch' (got {per!r})")
-    try: plan = self._table[key]  # the `log` handlers that want values `per` epoch or batch (a plan each, in the table)
-    except KeyError: plan = self._table[key] = _wanting(self._plan_of('log'), per)
-    if not plan: return  # no logger wants them: nothing to read or copy
-    metrics = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}  # the loggers' own copy, tensors read
+    if not (plan := _log_plan(self, key, per)): return  # no logger wants them: nothing to read or copy
+    metrics = _numbers(metrics)  # the loggers' own copy, tensors read
     if per == 'batch' and (held := self._logs) is not None:  # in a pass: held, and sent in chunks (one hot loop instead of many cold calls)
         if not held: self._held_since = time.monotonic()
         held.append((metrics, step))

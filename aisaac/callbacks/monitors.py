@@ -171,7 +171,7 @@ class GradNormCB(Callback):
         total = torch.linalg.vector_norm(norms)
         names = ['grad_norm'] + ([f'grad_norm/{n}' for n, _ in named] if self.per_layer else [])
         values = torch.cat([total[None], norms]) if self.per_layer else total[None]
-        for name, v in zip(names, values): trainer.history.update_metric(name, v, step=self.step, per='batch')
+        trainer.history.update_metrics(dict(zip(names, values)), step=self.step, per='batch')
         self.pending.append((self.step, names, values))
         self.step += 1
 
