@@ -12,22 +12,32 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy, Mean
+from .core.callback import *
+from .core.dispatch import with_cbs, listify, flatten
 from .utils import *
 from .plot import *
 from .models import *
 from .memory import *
 from .history import *
 from .helpers import *
-from .callback import *
+from .compat import *
+from .policy import *
+from .around import *
+from .rewrite import *
+from .declared import *
 from .depends import *
-from .dispatch import *
+from .guards import *
 from .registry import *
-from .clock import *
 from .overview import *
+from .tracing import *
+from .dispatch import *
+from .clock import *
+from .steps import *
+from .logs import *
 from .ranks import *
-from .trainer import *
 from .persist import *
 from .checkpoint import *
+from .trainer import *
 from .testing import *
 from .data import *
 from .collate import *
@@ -58,29 +68,38 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
-from . import utils, plot, models, memory, history, helpers, callback, depends, dispatch, registry, clock, overview, ranks, trainer, persist, \
-    checkpoint, testing, data, collate, learner, text, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, \
-    stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, \
-    savers, export, accel
+from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, tracing, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, groups
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
+    core_callback,
+    core_dispatch,
+    core_trainer,
     utils,
     plot,
     models,
     memory,
     history,
     helpers,
-    callback,
+    compat,
+    policy,
+    around,
+    rewrite,
+    declared,
     depends,
-    dispatch,
+    guards,
     registry,
-    clock,
     overview,
+    tracing,
+    dispatch,
+    clock,
+    steps,
+    logs,
     ranks,
-    trainer,
     persist,
     checkpoint,
+    trainer,
     testing,
     data,
     collate,
@@ -112,4 +131,4 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     accel,
     groups,
 )
-__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean'] + [name for module in _modules for name in module.__all__]
+__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]

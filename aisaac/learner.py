@@ -11,7 +11,7 @@ __all__ = ['run_cbs', 'HasTrainerCB', 'HasLearnCB', 'Learner', 'TrainLearner', '
 import torch
 import torch.nn.functional as F
 from .utils import to_cpu
-from .callback import Callback
+from .core.callback import Callback
 from .trainer import Trainer
 
 # %% ../nbs/32_learner.ipynb #1d2020f4

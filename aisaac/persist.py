@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .utils import is_main_process, wait_for_everyone
-from .callback import with_cbs
+from .core.dispatch import with_cbs
 from .dispatch import CallbackMixin
 
 # %% ../nbs/21_persist.ipynb #7b8942db

@@ -11,11 +11,13 @@ __all__ = ['StubTrainer']
 import contextlib, difflib, io, warnings
 import torch
 from fastcore.basics import patch
-from .callback import CancelEpochException, CancelException, CancelFitException, with_cbs
-from .dispatch import _class_events
+from .core.callback import CancelEpochException, CancelException, CancelFitException
+from .core.dispatch import with_cbs
+from .guards import class_events, closest
 from .clock import Clock
 from .history import RunHistory
-from .trainer import Trainer, _escaped, _numbers
+from .trainer import Trainer
+from .logs import _numbers
 
 # %% ../nbs/23_testing.ipynb #60a62d40
 _event_args = {'checkpoint': ('at',), 'step_skipped': ('reason',), 'on_exception': ('exception',), 'log_metrics': ('metrics',),
@@ -49,7 +51,7 @@ class StubTrainer(Trainer):
         self.logged, self.images, self.texts, self.printed, self.warned = [], [], [], '', []
         self.epoch = self.batch_num = self.first_batch = 0
         self.n_epochs, self.epochs, self.do_train, self.do_valid = 1, range(1), True, True
-        self.steps = self.valid_every = self.outcome = self.exception = self._stop_reason = None
+        self.steps = self.valid_every = self.outcome = self.exception = self.stop_reason = None
         self.history, self.clock, self.lr = RunHistory(), Clock(), state.pop('lr', 1e-3)
         self.model = state.pop('model', None)
         if self.model is None: self.model = torch.nn.Linear(2, 1)  # a tiny model, for callbacks that read parameters or gradients
@@ -75,7 +77,7 @@ class StubTrainer(Trainer):
 
     def _set(self, state):
         "Set the trainer attributes in `state`, refusing names that are no state"
-        names = {e.name for e in self._entries.values()}
+        names = set(self.named_callbacks())
         for k, v in state.items():
             what = getattr(type(self), k, None)
             if k.startswith('_') or k in names or (k != 'training' and (callable(what) or isinstance(what, property))):
@@ -106,33 +108,32 @@ class StubTrainer(Trainer):
             for training, bs, ms in ((True, batches, {}), (False, valid_batches, {k: v[self.epoch] for k, v in metrics.items()})):
                 self.model.train(training)
                 self._pass_plan = bs, ms
-                (self._train if training else self._validate)()  # the trainer's own phases, over the stub's `_one_epoch`
+                (self._train if training else self._validate)()  # the trainer's own phases, over the stub's `_batches`
             self.run_callbacks('checkpoint', at='epoch')
-            if self._stop_reason is not None: raise CancelFitException(self._stop_reason)
+            if self.stop_reason is not None: raise CancelFitException(self.stop_reason)
         self.outcome = 'ok'
 
     @with_cbs('epoch', CancelEpochException)
-    def _one_epoch(self):
+    def _batches(self):
         "A pass over the planned batches; at its end the epoch's metrics go into the history"
         batches, metrics = self._pass_plan
         for self.batch_num, state in enumerate(batches): self._batch(dict(state))
         self.batch_num = len(batches)
         self.run_callbacks('before_dataloader')  # the loop asks the loader for one more batch, and there is none
-        if self.model.training: self.clock.epoch += 1  # a pass over the training data ended
         for k, v in metrics.items(): self.history.update_metric(k, v)
 
 # %% ../nbs/23_testing.ipynb #44b6fc1d
 @patch
 def _arguments(self:StubTrainer, event):
     "The names of `event`'s own arguments: the trainer's (`at` for `checkpoint`), or those its handlers name (a custom event's)"
-    known = _class_events(type(self)) | {e for cb in self.cbs for e in getattr(cb, 'custom_events', ())}
+    known = class_events(type(self)) | {e for cb in self.cbs for e in getattr(cb, 'custom_events', ())}
     if event not in known:
-        near = difflib.get_close_matches(event, known, n=1)
-        raise ValueError(f"{event!r} is no event of the trainer or its callbacks" + (f": did you mean {near[0]!r}?" if near else "")
+        near = closest(event, known)
+        raise ValueError(f"{event!r} is no event of the trainer or its callbacks" + (f": did you mean {near!r}?" if near else "")
                          + " (a callback's own event must be listed in its `custom_events`)")
     if event.startswith('around_'):
         raise ValueError(f"{event} wraps a phase, so it cannot fire alone: `run_batch()` runs the batch phase, `run_epochs()` the others")
-    return set(_event_args.get(event, ())).union(*(names or () for _, names, _, _ in self._plan_of(event).handlers))
+    return set(_event_args.get(event, ())).union(*(names or () for _, _, names, _ in self.dispatch(event)))
 
 @patch
 def fire(self:StubTrainer, event:str, # an event: 'before_fit', 'after_loss', 'after_step', 'checkpoint'...
@@ -149,11 +150,9 @@ def fire(self:StubTrainer, event:str, # an event: 'before_fit', 'after_loss', 'a
 @patch
 def _fire(self:StubTrainer, event, args):
     if event in ('log', 'log_image', 'log_text'): return getattr(self, event)(**args)  # the trainer's own way to send them
-    if event == 'after_step': self.clock.step += 1  # the trainer counts an applied step between `step` and `after_step`
-    if event.startswith('cleanup_') or event == 'on_exception': self._run_all(event, **args)  # every handler runs, as in the loop
-    else: self.run_callbacks(event, **args)
-    if event == 'checkpoint' and args['at'] == 'epoch' and (reason := self._stop_reason) is not None:
-        self._stop_reason = None  # `request_stop`: the trainer ends the fit after the epoch's checkpoints
+    self.run_callbacks(event, **args)  # (an `after_step` counts the applied step on the clock, as in the loop)
+    if event == 'checkpoint' and args['at'] == 'epoch' and (reason := self.stop_reason) is not None:
+        self.stop_reason = None  # `request_stop`: the trainer ends the fit after the epoch's checkpoints
         raise CancelFitException(reason)
 
 @patch
@@ -163,7 +162,7 @@ def log(self:StubTrainer, metrics:dict, # {name: number}
     "Keep what is logged in `stub.logged` (`{'metrics', 'step', 'per'}`, tensors read to numbers), then send it on as `Trainer.log` does"
     if isinstance(metrics, dict):
         self.logged.append({'metrics': _numbers(metrics), 'step': step, 'per': per})
-    Trainer.log(self, metrics, step, per)
+    super(StubTrainer, self).log(metrics, step, per)
 
 @patch
 def log_image(self:StubTrainer, name:str, # what the image shows
@@ -171,7 +170,7 @@ def log_image(self:StubTrainer, name:str, # what the image shows
               step:int=None): # the epoch it belongs to
     "Keep the image in `stub.images` (`{'name', 'image', 'step'}`), then send it on as `Trainer.log_image` does"
     self.images.append({'name': name, 'image': image, 'step': step})
-    Trainer.log_image(self, name, image, step)
+    super(StubTrainer, self).log_image(name, image, step)
 
 @patch
 def log_text(self:StubTrainer, name:str, # what the text is
@@ -179,7 +178,7 @@ def log_text(self:StubTrainer, name:str, # what the text is
              step:int=None): # the step it belongs to
     "Keep the text in `stub.texts` (`{'name', 'text', 'step'}`), then send it on as `Trainer.log_text` does"
     self.texts.append({'name': name, 'text': text, 'step': step})
-    Trainer.log_text(self, name, text, step)
+    super(StubTrainer, self).log_text(name, text, step)
 
 # %% ../nbs/23_testing.ipynb #94a563b7
 @patch
@@ -206,14 +205,14 @@ def run_epochs(self:StubTrainer, n_epochs:int=None, # how many epochs; default: 
         raise ValueError(f"run_epochs needs one value per epoch for each metric (got lists of lengths {sorted(lengths)}, n_epochs={n_epochs}): "
                          f"e.g. `run_epochs(valid_loss=[0.9, 0.8, 0.85])`, or `run_epochs(3)` without metrics")
     self.n_epochs = n_epochs or lengths.pop()
-    self.epochs, self._stop_reason, self.outcome, self._ran = range(self.n_epochs), None, 'cancelled', 0
+    self.epochs, self.stop_reason, self.outcome, self._ran = range(self.n_epochs), None, 'cancelled', 0
     self._stub_plan = batches, valid_batches, metrics
-    self._enable_all()  # a fit starts with every callback switched on (`fire` may have switched some off)
+    self.switch_on()  # a fit starts with every callback switched on (`fire` may have switched some off)
     self.clock.start()
     try: self._capture(self._fit_or_fail)
     finally:
         self.clock.stop()
-        self._enable_all()  # callbacks that `on_error='warn'` switched off run again in the next fit
+        self.switch_on()  # callbacks that `on_error='warn'` switched off run again in the next fit
     return self._ran
 
 @patch
@@ -222,8 +221,8 @@ def _fit_or_fail(self:StubTrainer):
     try: self._fit_stub()
     except CancelFitException: pass  # raised in `cleanup_fit`: the fit is over anyway
     except (Exception, KeyboardInterrupt) as e:
-        err = _escaped(e) if isinstance(e, CancelException) else e  # a cancel that escaped its phase, as the trainer words it
-        self._run_all('on_exception', err, exception=err)  # every handler runs; their failures become notes on `err`
+        self.exception = err = self.fit_error(e)  # a cancel that escaped its phase, as the trainer words it
+        self.run_callbacks('on_exception', exception=err)  # every handler runs; their failures become notes on `err`
         if err is e: raise
         raise err from e
 

@@ -3,7 +3,7 @@ import argparse, copy, os, platform, random, statistics
 import torch
 from aisaac.data import pil_to_tensor
 from aisaac.utils import inplace, set_seed
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 
 XMEAN, XSTD = 0.28, 0.35  # Fashion-MNIST pixel mean and standard deviation, as in the tutorial
 

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 
 from _common import machine, tfm
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.groups import CoreCBs
 import aisaac.data as data

@@ -48,7 +48,7 @@ from torch import nn
 from torcheval.metrics import MulticlassAccuracy
 
 from _common import machine, tfm
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, TensorLoader, load_fashion_mnist, sample_dataset_dict
 from aisaac.groups import CoreCBs

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's a
 import torch
 
 from _common import Stop, bench_args, interleaved, machine
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.utils import set_seed
 from aisaac.models import get_model_gpt, lm_loss

@@ -26,7 +26,7 @@ from torch import nn
 from torcheval.metrics import MulticlassAccuracy
 
 from _common import Stop, bench_args, interleaved, machine, tfm
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict
 from aisaac.models import get_model_resnet

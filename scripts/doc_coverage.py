@@ -102,7 +102,7 @@ def undocumented_params(f, skip=()):
 
 def problems():
     "[(notebook, name, what, message)] for every gap; `what` is 'docstring', 'params' or 'entry'"
-    from aisaac.callback import Callback
+    from aisaac.core.callback import Callback
     shown, where = site_entries()
     res = []
     for qual, o, kind, modname in exports():

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 from aisaac.utils import set_seed
 from aisaac.models import conv, get_model_conv
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict, to_tensors
 from aisaac.callbacks.metrics import MetricsCB

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 from aisaac.utils import set_seed
 from aisaac.trainer import Trainer
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 import aisaac.checkpoint  # noqa: F401  (save_checkpoint, load_checkpoint, fit(resume_from=...))
 import aisaac.persist
 from aisaac.data import DataLoaders, TensorLoader

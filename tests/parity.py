@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.data import DataLoaders, load_fashion_mnist, sample_dataset_dict
 
 @functools.lru_cache(None)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
-from aisaac.callback import Callback, CancelEpochException, CancelFitException
+from aisaac.core.callback import Callback, CancelEpochException, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB
@@ -88,7 +88,7 @@ if __name__ == '__main__':
     except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
     exc = getattr(trainer, 'exception', None)
     res.update(ended=time.time(), fit_seconds=time.time() - start, outcome=trainer.outcome, steps=trainer.clock.step, epoch=trainer.epoch,
-               weights=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(), stop_reason=trainer._stop_reason,
+               weights=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(), stop_reason=trainer.stop_reason,
                exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(cbs[0] if cbs else dls.valid, 'raised_at', None),
                checkpoints=sorted(p.name for p in (out/'ckpt').glob('*.pt')) if case == 'preempt' else None)
     (out/f'result_{rank}.json').write_text(json.dumps(res))

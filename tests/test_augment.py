@@ -5,7 +5,7 @@ from functools import partial
 from torch import nn
 
 from aisaac.utils import set_seed
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.augment import (tfm_batch, BatchTransformCB, BatchAugmentationCB, hflip, random_hflip, RandomHorizontalFlip,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.persist import CheckpointError, atomic_save
 from aisaac.checkpoint import CHECKPOINT_VERSION
 from aisaac.callbacks.savers import CheckpointCB, SaveBestModelCB, PreemptionCB, checkpoints, last_checkpoint

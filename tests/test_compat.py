@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.collate import collate_device, get_dataloaders, get_dls
 from aisaac.helpers import PPDict, accuracy, get_images, mask2idxs

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.compilation import CompileCB
 from aisaac.callbacks.devices import MoveModulesToDeviceCB
 from tiny import make_trainer

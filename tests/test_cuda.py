@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torcheval.metrics import MulticlassAccuracy
 
 import aisaac.callbacks.train as train_mod
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.trainer import Trainer
 import aisaac.checkpoint  # noqa: F401 (save_checkpoint, load_checkpoint, fit(resume_from=...))
 from aisaac.data import DataLoaders, DataNotFoundError, TensorLoader, load_fashion_mnist, pil_to_tensor, sample_dataset_dict

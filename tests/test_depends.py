@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest, torch
 from torch import nn
 from torcheval.metrics import MulticlassAccuracy
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB

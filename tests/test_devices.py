@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-from aisaac.callback import Callback, CancelFitException
+from aisaac.core.callback import Callback, CancelFitException
 from aisaac.callbacks.train import DeviceCB
 from aisaac.callbacks.devices import MoveModulesToDeviceCB
 from tiny import make_trainer

@@ -3,7 +3,7 @@ import importlib.util
 import pytest
 import torch
 from torch import nn
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.export import ExportCB, export_model, load_exported
 from aisaac.callbacks.savers import SaveBestModelCB
 import aisaac.callbacks.export as export_module

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from torcheval.metrics import MulticlassAccuracy
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.train import BasicTrainCB

@@ -2,7 +2,7 @@
 import io, math
 import pytest, torch
 from aisaac.history import RunHistory
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from tiny import make_trainer
 
 class Collect(Callback):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 from fastcore.basics import risinstance
-from aisaac.callback import Callback, CancelFitException, CancelEpochException
+from aisaac.core.callback import Callback, CancelFitException, CancelEpochException
 from aisaac.models import get_model_conv
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB

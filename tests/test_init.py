@@ -5,7 +5,7 @@ import pytest, torch
 from torch import nn
 
 from aisaac.models import get_model_conv, get_model_resnet, act_gr, GeneralRelu
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.init import init_weights, lsuv_init, LSUVInitCB
 from aisaac.callbacks.train import BasicTrainCB, OneBatchCB
 from aisaac.trainer import Trainer

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 from torcheval.metrics.text import Perplexity
 from aisaac.trainer import Trainer
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB

@@ -5,7 +5,7 @@ import pytest, torch
 from torch import nn
 import torcheval.metrics as tem
 from aisaac.trainer import Trainer
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.loggers import (Logger, ConsoleLogger, CSVLogger, JSONLinesLogger, TensorBoardLogger, MLflowLogger,
@@ -151,7 +151,7 @@ def test_a_logger_that_fails_later_warns_and_the_fit_completes(tmp_path):
 
 def test_a_logger_must_write_log(tmp_path):
     class Nothing(Logger): pass
-    with pytest.warns(UserWarning, match="must define `log"): fit(Nothing())
+    with pytest.warns(UserWarning, match="must define `write"): fit(Nothing())
 
 def test_text_goes_to_the_console_the_jsonl_file_and_the_progress_display(tmp_path, capsys):
     from aisaac.callbacks.progress import ProgressCB, PrintProgressCB
@@ -274,11 +274,11 @@ def test_results_file_that_cannot_be_made_stops_the_fit_at_set_up(tmp_path):
     with pytest.raises(FileExistsError) as e: fit(ResultsFileCB(tmp_path/'file'/'r.jsonl'), w)
     assert any('ResultsFileCB.before_fit' in n for n in e.value.__notes__) and w.batches == 0
 
-# ---------------------------------------------------------------- per-batch values reach the loggers in chunks
-class Got(Callback):
-    "A logger that records each value it gets, with the trainer's batch and pass when it got it"
-    def __init__(self): self.got = []
-    def log(self, t, metrics, step, per): self.got.append((per, step, dict(metrics), t.batch_num, t.training))
+# ---------------------------------------------------------------- a logger writes per-batch values in chunks
+class Got(Logger):
+    "A logger that records each value it writes, with the trainer's batch and pass when it wrote it"
+    def __init__(self): super().__init__('all'); self.got = []
+    def write(self, t, metrics, step, per): self.got.append((per, step, dict(metrics), t.batch_num, t.training))
 
 class LogEach(Callback):
     "Logs the batch's number at every batch of both passes, and a per-epoch value after each pass"
@@ -288,13 +288,14 @@ class LogEach(Callback):
 
 def chunk_fit(*cbs, chunk=None, secs=None, n_epochs=1, **kw):
     t = Trainer(cls_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2), callbacks=[BasicTrainCB(), *cbs])
-    if chunk is not None: t.log_chunk = chunk
-    if secs is not None: t.log_chunk_secs = secs
+    for cb in cbs:
+        if isinstance(cb, Logger) and chunk is not None: cb.chunk = chunk
+        if isinstance(cb, Logger) and secs is not None: cb.chunk_secs = secs
     t.fit(n_epochs, lr=0.1, **kw)
     return t
 
-def test_per_batch_values_reach_the_loggers_in_chunks_every_value_in_order():
-    "In a pass, `log_chunk` values at once, the rest at the pass's end; the epoch's values after them; the order is the order logged"
+def test_a_logger_writes_per_batch_values_in_chunks_every_value_in_order():
+    "In a pass, `chunk` values at once, the rest at the pass's end; the epoch's values after them; the order is the order logged"
     g = Got(); chunk_fit(LogEach(), g, chunk=3, n_epochs=2)
     sent = [(per, step, m.get('b', m.get('pass_end'))) for per, step, m, _, _ in g.got]
     want = []
@@ -305,10 +306,10 @@ def test_per_batch_values_reach_the_loggers_in_chunks_every_value_in_order():
     train0 = [(b, at) for per, _, m, at, tr in g.got[:4] if per == 'batch' for b in [m['b']]]
     assert train0 == [(0, 2), (1, 2), (2, 2), (3, 4)]  # three sent at batch 2, the last at the pass's end (the count is past the last batch)
     g1 = Got(); chunk_fit(LogEach(), g1, chunk=1)
-    assert all(m['b'] == at for per, _, m, at, _ in g1.got if per == 'batch')  # `log_chunk = 1`: each sent at once
+    assert all(m['b'] == at for per, _, m, at, _ in g1.got if per == 'batch')  # `chunk = 1`: each written at once
     g0 = Got(); chunk_fit(LogEach(), g0, secs=0)
-    assert all(m['b'] == at for per, _, m, at, _ in g0.got if per == 'batch')  # a value held longer than `log_chunk_secs` goes at once
-    assert Trainer.log_chunk == 50 and Trainer.log_chunk_secs == 1.0
+    assert all(m['b'] == at for per, _, m, at, _ in g0.got if per == 'batch')  # a value held longer than `chunk_secs` goes at once
+    assert Logger.chunk == 50 and Logger.chunk_secs == 1.0
 
 def test_held_values_go_first_before_images_text_and_epoch_values_and_history_is_at_once():
     class Mixed(Callback):
@@ -320,7 +321,9 @@ def test_held_values_go_first_before_images_text_and_epoch_values_and_history_is
             if t.batch_num == 1: t.log_text('note', 'after batch 1')
             if t.batch_num == 2: t.log({'mid': 1.0}, step=0)
     class Seq(Got):
-        def log_text(self, t, name, text, step=None): self.got.append(('text', None, {'b': text}, t.batch_num, t.training))
+        def log_text(self, t, name, text, step=None):
+            self.write_held(t)  # what it holds goes first, as the loggers of the library do
+            self.got.append(('text', None, {'b': text}, t.batch_num, t.training))
     s = Seq(); chunk_fit(Mixed(), s, valid=False)
     assert [(per, m) for per, _, m, _, _ in s.got] == [('batch', {'b': 0}), ('batch', {'b': 1}), ('text', {'b': 'after batch 1'}),
                                                         ('batch', {'b': 2}), ('epoch', {'mid': 1.0}), ('batch', {'b': 3})]
@@ -368,9 +371,9 @@ def test_a_logger_that_fails_on_a_held_value_is_switched_off_once():
     "A chunk of held values: the logger that fails on one warns once and gets none of the rest; the others get them all"
     class Flaky(Got):
         on_error = 'warn'
-        def log(self, t, metrics, step, per):
+        def write(self, t, metrics, step, per):
             if per == 'batch' and metrics['b'] == 1: raise OSError('disk gone')
-            super().log(t, metrics, step, per)
+            super().write(t, metrics, step, per)
     f, g = Flaky(), Got()
     with warnings.catch_warnings(record=True) as ws:
         warnings.simplefilter('always')

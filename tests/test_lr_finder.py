@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.train import BasicTrainCB, DeviceCB
@@ -56,7 +56,7 @@ def test_lr_find_puts_everything_back_bit_for_bit():
     after = snapshot(t)
     for k in before: assert same(before[k], after[k]), k
     assert set(globals()) == globals_before
-    assert not t._disabled
+    assert not t.off
 
 def test_what_comes_after_lr_find_is_what_would_have_come_without_it():
     a, b = make(), make()

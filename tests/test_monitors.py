@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 import aisaac.callbacks.monitors as monitors
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.models import get_model_conv
 from aisaac.callbacks.train import BasicTrainCB

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from torcheval.metrics import MulticlassAccuracy
 
-from aisaac.callback import Callback, CancelBatchException
+from aisaac.core.callback import Callback, CancelBatchException
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders, load_fashion_mnist, pil_to_tensor, sample_dataset_dict
 from aisaac.models import get_model_conv

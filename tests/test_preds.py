@@ -2,7 +2,7 @@
 import pytest, torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.data import TensorLoader
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB

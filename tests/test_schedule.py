@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.schedule import (BaseSchedulerCB, BatchSchedulerCB, EpochSchedulerCB, OneCycleSchedulerCB,
                                        BaseSchedCB, BatchSchedCB, EpochSchedCB)
 from tiny import make_trainer

@@ -4,7 +4,7 @@ import math
 import pytest, torch
 from torch import nn
 from aisaac.clock import Clock, Every
-from aisaac.callback import Callback, CancelStepException
+from aisaac.core.callback import Callback, CancelStepException
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB

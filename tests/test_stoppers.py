@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.gradients import MicroBatchCB
 from aisaac.callbacks.stoppers import TerminateOnNaNCB, EarlyStoppingCB, ThresholdStopperCB

@@ -3,7 +3,7 @@ with the real order, names and error policies; state it was not given is an erro
 import pytest
 import torch
 
-from aisaac.callback import Callback, CancelBatchException, CancelFitException
+from aisaac.core.callback import Callback, CancelBatchException, CancelFitException
 from aisaac.callbacks.gradients import GradAccumCB
 from aisaac.callbacks.monitors import LRMonitorCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB, TerminateOnNaNCB

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.data import DataLoaders, TensorLoader
 from aisaac.models import get_model_conv
 from aisaac.trainer import Trainer

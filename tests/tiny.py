@@ -3,7 +3,7 @@ import types
 import torch
 from torch import nn
 
-from aisaac.callback import Callback
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 

@@ -39,9 +39,8 @@ class AccelerateCB(BasicTrainCB):
     def around_fit(self, trainer):
         "On the processes but the main one, switch off for the fit the callbacks named in `main_only`, before any of them runs"
         if self.main_only and not self.acc.is_main_process:
-            off = [id(cb) for cb in trainer.cbs if any(c.__name__ in self.main_only for c in type(cb).__mro__)]
-            trainer._disabled.update(off)  # the trainer switches them on again when the fit ends
-            trainer._changed()
+            off = [cb for cb in trainer.cbs if any(c.__name__ in self.main_only for c in type(cb).__mro__)]
+            trainer.switch_off(off)  # the trainer switches them on again when the fit ends
         yield
 
     def before_fit(self, trainer):

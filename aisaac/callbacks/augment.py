@@ -13,7 +13,7 @@ from itertools import zip_longest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/58_augment.ipynb #b3515ee2
 def tfm_batch(b:tuple, # a batch: inputs, targets, then anything else

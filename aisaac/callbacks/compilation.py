@@ -10,7 +10,7 @@ __all__ = ['CompileCB']
 # %% ../../nbs/callbacks/56_compile.ipynb #3ae37880
 import inspect
 import torch
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/56_compile.ipynb #21007619
 class CompileCB(Callback):

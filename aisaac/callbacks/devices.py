@@ -10,7 +10,7 @@ __all__ = ['MoveModulesToDeviceCB']
 # %% ../../nbs/callbacks/55_devices.ipynb #a41ede7a
 import torch
 from torch import nn
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/55_devices.ipynb #0e5c8856
 class MoveModulesToDeviceCB(Callback):

@@ -11,7 +11,7 @@ __all__ = ['export_model', 'load_exported', 'ExportCB']
 import importlib.util
 from pathlib import Path
 import torch
-from ..callback import Callback
+from ..core.callback import Callback
 from ..persist import atomic_write, is_main_process, unwrap_model
 
 # %% ../../nbs/callbacks/71_export.ipynb #a524bb75

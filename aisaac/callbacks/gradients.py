@@ -9,7 +9,7 @@ __all__ = ['GradAccumCB', 'MicroBatchCB', 'GradClipCB']
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #c01baf4d
 import torch
-from ..callback import Callback, CancelBackwardException, CancelStepException
+from ..core.callback import Callback, CancelBackwardException, CancelStepException
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #7d893d52
 def _scale_grad(loss, factor):

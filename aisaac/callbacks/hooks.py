@@ -14,7 +14,7 @@ import torch
 import matplotlib.pyplot as plt
 from fastcore.basics import noop, store_attr
 from ..plot import get_grid
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/65_hooks.ipynb #3d1146d8
 class Hook:

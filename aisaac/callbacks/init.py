@@ -11,7 +11,7 @@ __all__ = ['init_weights', 'lsuv_init', 'LSUVInitCB']
 import math, warnings
 import torch
 from torch import nn
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/57_init.ipynb #061acca4
 _convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)

@@ -13,16 +13,17 @@ import csv, importlib, json, math, os, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #3f8e64d7
 class Logger(Callback):
     "Base of the loggers: writes what `trainer.log` sends; one that cannot start stops the fit, one that fails later warns and is switched off"
     order, on_error, must_start, runs_on = 20, 'warn', True, 'main'
+    chunk, chunk_secs = 50, 1.0  # in a pass, per-batch values are written this many at a time, or once the first held is this old (s)
     def __init__(self, per:str='epoch'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         if per not in ('epoch', 'batch', 'all'): raise ValueError(f"`per` must be 'epoch', 'batch' or 'all' (got {per!r})")
-        self.per, self._last = per, {}
-        self._pers = ('epoch', 'batch') if per == 'all' else (per,)  # what `wants` says yes to, read by the loggers' `log` on every call
+        self.per, self._last, self._held, self._passes = per, {}, [], 0
+        self._pers = ('epoch', 'batch') if per == 'all' else (per,)  # what `wants` says yes to, read by `write` on every call
 
     def wants(self, per:str): # `'epoch'` or `'batch'`: the kind of the values
         "Whether this logger writes values logged per `per`"
@@ -39,11 +40,37 @@ class Logger(Callback):
     def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
-        "Write `metrics` ({name: number}) logged at `step`, per epoch or per batch"
-        raise NotImplementedError(f"{type(self).__name__} must define `log(self, trainer, metrics, step, per)`")
+        "Write `metrics` with `write`; in a pass, per-batch values are held and written `chunk` at a time (one hot loop, not many cold calls)"
+        if per == 'batch' and self._passes:
+            if not self._held: self._since = time.monotonic()
+            self._held.append((metrics, step))
+            if len(self._held) >= self.chunk or time.monotonic() - self._since >= self.chunk_secs: self.write_held(trainer)
+            return
+        self.write_held(trainer)  # what is held goes first: the values are written in the order they were logged
+        self.write(trainer, metrics, step, per)
 
-    def flush(self): "Make sure what was logged is written"
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
+        "Write `metrics` ({name: number}) logged at `step`, per epoch or per batch"
+        raise NotImplementedError(f"{type(self).__name__} must define `write(self, trainer, metrics, step, per)`")
+
+    def write_held(self, trainer):
+        "Write the per-batch values held in this pass, in order (a logger that fails on one gets none of the rest: it is switched off)"
+        held, self._held = self._held, []
+        for metrics, step in held: self.write(trainer, metrics, step, 'batch')
+
+    def flush(self): "Make sure what was written reaches its destination"
     def close(self): "Release files and connections"
+
+    def before_epoch(self, trainer):
+        "A pass starts: its per-batch values are held"
+        self._passes += 1
+
+    def cleanup_epoch(self, trainer):
+        "A pass ends, also when it failed: what it holds is written, before `after_train` and `on_exception`"
+        self._passes = max(0, self._passes - 1)
+        self.write_held(trainer)
 
     def cleanup_train(self, trainer):
         "Flush at the end of every pass, after its last values (a monitor's `after_train` ones too), so a crash keeps the log"
@@ -52,7 +79,7 @@ class Logger(Callback):
 
     def cleanup_fit(self, trainer):
         "Flush and close at the end of the fit, also when it raised"
-        self.flush(); self.close()
+        self.write_held(trainer); self.flush(); self.close()
 
 def _needs(module:str, extra:str, who:str):
     "Import `module`, or say which extra of aisaac brings it"
@@ -73,9 +100,9 @@ class ConsoleLogger(Logger):
         super().__init__(per)
         self.file = file
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Print `metrics` on one line"
         if per not in self._pers or not metrics: return
         step = self.step_of('', step, per)
@@ -85,6 +112,7 @@ class ConsoleLogger(Logger):
                  text:str, # the text
                  step:int=None): # the step it belongs to
         "Print `text` under its name and step"
+        self.write_held(trainer)
         print(f"{name}{'' if step is None else f' {step}'}: {text}", file=self.file or sys.stdout, flush=True)
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #e118de9a
@@ -103,9 +131,9 @@ class CSVLogger(Logger):
         if self.rows and self.path.exists(): open(self.path, 'a').close()  # writable: an error now, not after an epoch
         else: self._dirty = True; self.flush()
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Add `metrics` to the row of `step`"
         if per not in self._pers: return
         step = self.step_of('', step, per)
@@ -162,9 +190,9 @@ class JSONLinesLogger(FileLogger):
         "Open the file: afresh in this logger's first fit, to append after that"
         self.open()
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Write a line for `metrics`"
         if per not in self._pers or self.file is None: return
         if step is None: step = self.step_of('', step, per)
@@ -177,6 +205,7 @@ class JSONLinesLogger(FileLogger):
                  text:str, # the text
                  step:int=None): # the step it belongs to
         "Write a line `{\"per\": \"text\", \"step\": ..., \"name\": ..., \"text\": ...}`"
+        self.write_held(trainer)
         if self.file is not None: self.file.write(json.dumps({'per': 'text', 'step': step, 'name': name, 'text': text}) + '\n')
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #0f8e1509
@@ -208,9 +237,9 @@ class TensorBoardLogger(Logger):
         self.writer = self._tb.SummaryWriter(self.log_dir)
         self.log_dir = self.writer.log_dir
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Write each number of `metrics` as a scalar at `step`"
         if per not in self._pers or self.writer is None: return
         for k, v in metrics.items():
@@ -220,12 +249,14 @@ class TensorBoardLogger(Logger):
                   image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
                   step:int=None): # the epoch it belongs to, or `None`
         "Write `image` under `name` at `step`"
+        self.write_held(trainer)
         if self.writer is not None: self.writer.add_image(name, _image_array(image), self.step_of(name, step, 'image'), dataformats='HWC')
 
     def log_text(self, trainer, name:str, # what the text is
                  text:str, # the text
                  step:int=None): # the step it belongs to
         "Write `text` under `name` at `step` (TensorBoard's Text tab)"
+        self.write_held(trainer)
         if self.writer is not None: self.writer.add_text(name, text, self.step_of(name, step, 'text'))
 
     def flush(self):
@@ -269,9 +300,9 @@ class MLflowLogger(Logger):
             for k, v in run_config(trainer).items(): self.client.log_param(self.run_id, k, v)
         else: self.client.update_run(self.run_id, status='RUNNING')
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Keep each number of `metrics` for the next flush"
         if per not in self._pers or self.run_id is None: return
         now = int(time.time() * 1000)
@@ -282,12 +313,14 @@ class MLflowLogger(Logger):
                   image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
                   step:int=None): # the epoch it belongs to, or `None`
         "Store `image` under `name` at `step`"
+        self.write_held(trainer)
         if self.run_id is not None: self.client.log_image(self.run_id, _image_array(image), key=name, step=self.step_of(name, step, 'image'))
 
     def log_text(self, trainer, name:str, # what the text is
                  text:str, # the text
                  step:int=None): # the step it belongs to
         "Store `text` as the run's artifact `text/<name>_<step>.txt`"
+        self.write_held(trainer)
         if self.run_id is not None: self.client.log_text(self.run_id, text, f"text/{name}_{self.step_of(name, step, 'text')}.txt")
 
     def flush(self):

@@ -13,9 +13,8 @@ import numpy as np
 import torch
 import matplotlib.pyplot as plt
 from fastcore.basics import patch
-from ..callback import Callback, CancelEpochException, CancelFitException
+from ..core.callback import Callback, CancelEpochException, CancelFitException
 from ..trainer import Trainer
-import aisaac.checkpoint  # trainer.transaction
 
 # %% ../../nbs/callbacks/51_lr_finder.ipynb #49ab24f6
 _batch_work = ('before_batch', 'around_batch', 'before_predict', 'predict', 'before_loss', 'get_loss', 'before_backward', 'backward',
@@ -76,8 +75,7 @@ class LRFinderCB(Callback):
     def around_fit(self, trainer):
         "Save the model, the fit's optimizer and the random states; only the callbacks that work on the batch run during the sweep"
         if self.restore: self._saved = (_ModelState(trainer.model), trainer.opt, _copy_state(trainer.opt.state_dict()), _rng_states())
-        trainer._disabled.update(id(cb) for cb in trainer.cbs if cb is not self and not _runs_during_lr_find(cb))
-        trainer._changed()  # (the fit enables every callback again when it ends)
+        trainer.switch_off([cb for cb in trainer.cbs if cb is not self and not _runs_during_lr_find(cb)])  # on again when the fit ends
         yield
 
     def before_fit(self, trainer):

@@ -11,7 +11,7 @@ __all__ = ['MetricsCB']
 import copy, warnings
 import torch
 from ..utils import is_main_process, try_print
-from ..callback import Callback
+from ..core.callback import Callback
 from .train import BasicTrainCB
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d

@@ -11,7 +11,7 @@ __all__ = ['LRMonitorCB', 'SpeedMonitorCB', 'RuntimeEstimatorCB', 'GradNormCB', 
 import collections, os, time, warnings
 import torch
 import matplotlib.pyplot as plt
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #18346ea3
 def _record(trainer, values:dict, step:int, per:str):

@@ -10,7 +10,7 @@ __all__ = ['MixedPrecisionCB', 'MixedPrecision']
 # %% ../../nbs/callbacks/52_precision.ipynb #30e009c8
 import contextlib
 import torch
-from ..callback import Callback, CancelStepException
+from ..core.callback import Callback, CancelStepException
 from .train import BasicTrainCB
 
 # %% ../../nbs/callbacks/52_precision.ipynb #b60ca74a

@@ -12,9 +12,8 @@ from functools import partial
 import torch
 from fastcore.basics import patch
 from ..utils import to_cpu
-from ..callback import Callback
+from ..core.callback import Callback
 from ..trainer import Trainer
-import aisaac.checkpoint  # trainer.transaction
 from .augment import BatchTransformCB, tfm_batch
 
 # %% ../../nbs/callbacks/59_preds.ipynb #bb6717a8

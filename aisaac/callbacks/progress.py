@@ -12,7 +12,7 @@ import sys, time
 import torch
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from ..utils import try_print
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)

@@ -34,9 +34,9 @@ class ResultsFileCB(FileLogger):
                     system={'python': platform.python_version(), 'torch': torch.__version__, 'device': str(device)})
         self.flush()
 
-    def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
-            step:int, # the epoch or batch the values belong to, or `None`
-            per:str): # `'epoch'` or `'batch'`
+    def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
+              step:int, # the epoch or batch the values belong to, or `None`
+              per:str): # `'epoch'` or `'batch'`
         "Keep the epoch's metrics until the epoch ends"
         if per == 'epoch': self.epochs.setdefault(self.step_of('', step, per), {}).update(metrics)
 

@@ -12,11 +12,10 @@ import inspect
 import torch
 from ..utils import try_print
 from ..clock import Every
-from ..callback import Callback
+from ..core.callback import Callback
 from .progress import text_line
 from ..persist import unwrap_model
 from ..models import sample_next
-import aisaac.checkpoint  # the `after_load_checkpoint` event, where a resumed run's `every` starts again
 from .train import _logits
 
 # %% ../../nbs/callbacks/69_samples.ipynb #1249cd7f

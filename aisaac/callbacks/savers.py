@@ -13,10 +13,9 @@ from pathlib import Path
 import torch
 from ..clock import Every
 from ..history import MetricWatch
-from ..callback import Callback, PreemptedException
+from ..core.callback import Callback, PreemptedException
 from ..persist import atomic_save, is_main_process, unwrap_model, wait_for_everyone
 from ..utils import try_print
-import aisaac.checkpoint  # trainer.save_checkpoint and trainer.resume_point
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
 _ckpt_name = re.compile(r'checkpoint_\d+_\d+\.pt')

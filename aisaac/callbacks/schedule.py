@@ -12,7 +12,7 @@ __all__ = ['BaseSchedulerCB', 'BatchSchedulerCB', 'EpochSchedulerCB', 'BaseSched
 import functools, inspect, math
 import torch
 from ..history import MetricWatch
-from ..callback import Callback
+from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #e7e2c82b
 class BaseSchedulerCB(Callback):

@@ -11,7 +11,7 @@ __all__ = ['TerminateOnNaNCB', 'EarlyStoppingCB', 'ThresholdStopperCB']
 import math, warnings
 from ..utils import try_print
 from ..history import MetricWatch
-from ..callback import Callback, CancelFitException
+from ..core.callback import Callback, CancelFitException
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #4aa701f9
 def _stop(cb, reason, trainer=None):

@@ -11,7 +11,7 @@ __all__ = ['BasicTrainCB', 'MomentumTrainCB', 'DeviceCB', 'OneBatchCB', 'TrainCB
 import collections.abc, math
 import torch
 from fastcore.basics import patch
-from ..callback import Callback, CancelFitException
+from ..core.callback import Callback, CancelFitException
 from ..utils import def_device, exact_device, to_device
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26

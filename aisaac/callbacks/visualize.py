@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from fastcore.basics import patch
 from fastcore.imports import in_notebook
 from ..plot import get_grid, show_image, show_images
-from ..callback import Callback
+from ..core.callback import Callback
 from ..trainer import Trainer
 from .summary import peek_batch
 
