@@ -35,6 +35,9 @@ def _init_phase(init):
     __init__.phase, __init__.params = phase.phase, phase.params
     return __init__
 
+def _constructed(owner): "The object is made"
+_constructed.hidden = True
+
 class DeclaredCallbacks:
     "A `CallbackMixin` layer at its `handlers` seam: the class's declared callbacks run first, its own steps before the callbacks of order 0"
     class_callbacks = ()  # (event, function) of the class's declared callbacks, its parents' first
@@ -48,6 +51,7 @@ class DeclaredCallbacks:
     def handlers(self, event:str):
         "The handlers of `event`: the class's declared callbacks, then the callbacks', with the class's own step among them"
         hs = super().handlers(event)
+        if event == 'cleanup_init': hs = [(None, _constructed, event)] + hs  # the `init` phase always runs its events (its callbacks come late)
         if event in self.own_events and callable(own := getattr(type(self), event, None)):
             hs.insert(next((i for i, (cb, _, _) in enumerate(hs) if setting(cb, 'order') >= 0), len(hs)), (None, own, event))
         return [(None, f, event) for ev, f in type(self).class_callbacks if ev == event] + hs

@@ -52,12 +52,21 @@ class ArgumentRewriting:
         "The handlers of `event`; in a phase that rewrites, those that name its arguments (or result) get them and give replacements"
         hs = super().handlers(event)
         if (params := self.rewrites.get(event)) is None: return hs
-        return [(cb, _rewriter(f, params, event) if (names := _names(f)) is None or names & set(params) else f, ev) for cb, f, ev in hs]
+        return [(cb, _rewriter(f, params, event) if _takes(f, params) else f, ev) for cb, f, ev in hs]
 
 def _names(f):
     "The names `f` takes after the object, or `None` for any (`**kwargs`)"
     ps = list(inspect.signature(f).parameters.values())[1:]
     return None if any(p.kind is p.VAR_KEYWORD for p in ps) else {p.name for p in ps}
+
+def _takes(f, params):
+    "Whether the handler `f` names one of `params` (or takes any keyword); remembered per function: plans are made at every fit"
+    key = getattr(f, '__func__', f)
+    if (res := (known := _taking.get(key, {})).get(params)) is None:
+        res = (names := _names(f)) is None or bool(names & set(params))
+        if inspect.isfunction(key): _taking[key] = known | {params: res}
+    return res
+_taking = weakref.WeakKeyDictionary()  # function -> {arguments: whether it takes one}
 
 def _rewriter(f, params, event):
     "The handler `f` of `event`, given the arguments (or `return_value`) it names from the call, its non-`None` result replacing them"

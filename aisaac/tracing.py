@@ -33,6 +33,11 @@ class Trace:
 class Tracing:
     "A `CallbackMixin` layer at its `handlers` seam: inside `with owner.trace():`, every event is recorded and every handler timed"
     _tracer = None
+    def callbacks_changed(self):
+        "Sort the callbacks again; while tracing, their plans are made afresh (timed), and the others kept for after"
+        super().callbacks_changed()
+        if self._tracer is not None: self.plans = {}
+
     def handlers(self, event:str):
         "The handlers of `event`; while tracing, timed, after one that records the event"
         hs = super().handlers(event)

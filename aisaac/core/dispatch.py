@@ -4,30 +4,35 @@ import collections, collections.abc, functools, inspect, itertools, weakref
 from .callback import Callback, CancelException, setting
 
 class _NoCancel(Exception): "Stands for 'no cancel exception': a phase without one"
-_no_run_callbacks = ("`with_cbs` needs an object with a `run_callbacks(event)` method, and {} has none: subclass `CallbackMixin`, "
-                     "or write a `run_callbacks` method")
+def _watched(o, phase):
+    "Whether `o` runs the events of `phase`: a `CallbackMixin` when a callback handles one of them; any object with `run_callbacks`"
+    if isinstance(o, CallbackMixin): return bool(o.plans[phase.events] if phase.events in o.plans else o.dispatch(phase.events))
+    if callable(getattr(o, 'run_callbacks', None)): return True
+    raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: subclass "
+                    f"`CallbackMixin`, or write a `run_callbacks` method")
 
 class with_cbs:
     "Make a method the phase `nm`: `before_{nm}`, the method, `after_{nm}`, then `cleanup_{nm}` however it ended; `exception` ends it early"
     def __init__(self, nm:str, # the phase's name
                  exception:type=None): # the `Cancel...Exception` that ends the phase early, without an error
         self.nm, self.exception = nm, exception or _NoCancel
-        self.before, self.after, self.cleanup = f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
+        self.events = self.before, self.after, self.cleanup = f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
     def __call__(self, f):
         @functools.wraps(f)
         def phase(o, *args, **kwargs):
-            if not hasattr(o, 'run_callbacks'): raise TypeError(_no_run_callbacks.format(type(o).__name__))
+            watched = _watched(o, self)  # (a phase with no handler runs the method alone: most batches)
             try:
-                o.run_callbacks(self.before)
+                if watched: o.run_callbacks(self.before)
                 res = f(o, *args, **kwargs)
-                o.run_callbacks(self.after)
+                if watched: o.run_callbacks(self.after)
                 o.outcome, o.exception = 'ok', None
                 return res
             except self.exception as e: o.outcome, o.exception = getattr(e, 'outcome', 'cancelled'), e
             except BaseException as e:
                 o.outcome, o.exception = 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error', e
                 raise
-            finally: o.run_callbacks(self.cleanup)
+            finally:
+                if watched: o.run_callbacks(self.cleanup)
         phase.phase = self
         return phase
 
@@ -64,7 +69,7 @@ class CallbackMixin:
     "Gives a class callbacks: `add_callbacks` and `remove_callbacks`, and `run_callbacks`, which runs an event's handlers in order"
     def __new__(cls, *args, **kwargs):  # so that a subclass may add callbacks before `super().__init__()`, or never call it
         self = super().__new__(cls)
-        self._entries, self._seq, self.off = {}, itertools.count(), set()
+        self._entries, self._seq, self.off, self._kept = {}, itertools.count(), set(), {}
         self.callbacks_changed()
         return self
 
@@ -107,8 +112,12 @@ class CallbackMixin:
         return list(self._entries.values())
 
     def callbacks_changed(self):
-        "Sort the callbacks (`order`, then tier, then as added) and forget the plans; layers also apply declared relations"
-        self.cbs, self.plans = [e.cb for e in sorted(self.entries(), key=lambda e: e[:3])], {}
+        "Sort the callbacks (`order`, then tier, then as added; layers apply declared relations) and take the plans of this set of callbacks"
+        self.cbs = [e.cb for e in sorted(self.entries(), key=lambda e: e[:3])]
+        key = tuple(map(id, self.cbs)), frozenset(self.off)  # a fit adds and removes callbacks: the plans of a set that comes back are kept
+        self.plans = self._kept.pop(key, None) or {}
+        self._kept[key] = self.plans
+        if len(self._kept) > 4: del self._kept[next(iter(self._kept))]
 
     def switch_off(self, cbs): # callbacks
         "Switch `cbs` off until `switch_on`: their handlers do not run"
@@ -136,12 +145,11 @@ class CallbackMixin:
         "Run the handlers of `events` in order, each with the `kwargs` it names; after a failure, `cleanup_` and `on_exception` run the rest"
         try: plan = self.plans[events]  # (the plan is looked up for every event of every batch)
         except (KeyError, TypeError): plan = self.dispatch(events)
+        if not plan: return
         failed, off = None, self.off
         for cb, f, names, event in plan:
             if off and id(cb) in off: continue  # switched off while this event ran (by an `around_` hook)
-            try:
-                if not kwargs: f(self)
-                else: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names}))
+            try: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names})) if kwargs else f(self)
             except Exception as e:  # the one place a handler's failure is decided: it goes on up, unless a layer handles it
                 if not self.must_raise(e, cb, event): continue
                 if not (event.startswith('cleanup_') or event == 'on_exception'): raise
