@@ -316,22 +316,24 @@ class Checkpoints:
             if saved['clock'] is not None: self.clock.load_state_dict(saved['clock'])
             set_rng_state(rng, loader_generators(self.dls))
 
-    def check_fit(self, n_epochs, lr, train, valid, resume_from=None, **options):
+    def check_fit(self, resume_from=None, # a checkpoint file (or the state `read_checkpoint` returned) to continue from
+                  **args): # the rest of `fit`'s arguments
         "Read the checkpoint to resume, and check that it is one and that it fits the model and the loaders, before anything changes"
         state = None
         if resume_from is not None:
             state = resume_from if isinstance(resume_from, dict) else self.read_checkpoint(resume_from)
             _check_format(state, resume_from if not isinstance(resume_from, dict) else 'the checkpoint')
             _check_fits(self, state, all_parts=False)
-        super().check_fit(n_epochs, lr, train, valid, **options)
+        super().check_fit(**args)
         self._resume = state
 
-    def start_fit(self, *args, resume_from=None, **kwargs):
+    def start_fit(self, resume_from=None, # read by `check_fit`
+                  **args): # the rest of `fit`'s arguments
         "Every fit gets the `_FitTracker` (the same one each time), which knows where the fit is and resumes the checkpoint"
         tracker = self.__dict__.get('_fit_tracker') or _FitTracker()  # the same one every fit: the plans of the fit are kept
         self._fit_tracker, tracker.state, tracker.stream_at, self._resume = tracker, self._resume, None, None
         self.fit_callbacks += self.add_callbacks(tracker)
-        super().start_fit(*args, **kwargs)
+        super().start_fit(**args)
 
     def named_callbacks(self):
         "The callbacks added to this trainer, by their names on it (`MetricsCB`, `MetricsCB_1`...)"

@@ -157,7 +157,7 @@ class Dependencies:
         "Raise when a callback needs a trainer attribute or history metric that nothing provides (a fit calls it when it starts)"
         check_needs(self, *self.active())
 
-    def start_fit(self, *args, **kwargs):
+    def start_fit(self, **args): # `fit`'s arguments
         "A fit starts only when every callback gets what it needs"
         self.check_needs()
-        super().start_fit(*args, **kwargs)
+        super().start_fit(**args)

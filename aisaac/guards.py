@@ -146,7 +146,11 @@ class TrainerGuards:
         if not isinstance(model, torch.nn.Module): raise TypeError(f"`model` must be a `torch.nn.Module` (got {type(model).__name__})")
         super().__init__(dls, loss_func, opt_func, model, callbacks)
 
-    def check_fit(self, n_epochs, lr, train, valid, **options):
+    def check_fit(self, n_epochs, # the fit's number of epochs
+                  lr, # its learning rate
+                  train, # whether it trains
+                  valid, # whether it validates
+                  **options): # the options of the layers
         "Refuse, before anything changes, a fit that would do nothing, or not what was asked"
         if self.fitting:
             raise RuntimeError("fit() was called while this trainer is fitting (from one of its callbacks?): it would replace the running fit's "
@@ -163,12 +167,12 @@ class TrainerGuards:
                 raise TypeError(f"`dls.{name}` is {'None' if dl is None else 'not iterable: ' + type(dl).__name__}: give the DataLoaders a {name} "
                                 f"loader, or call `fit({name}=False)`")
         if not (train or valid): raise ValueError("`fit(train=False, valid=False)` would run nothing: leave one of them True")
-        super().check_fit(n_epochs, lr, train, valid, **options)
+        super().check_fit(n_epochs=n_epochs, lr=lr, train=train, valid=valid, **options)
 
-    def start_fit(self, n_epochs, lr, train, valid, **options):
+    def start_fit(self, **args): # `fit`'s arguments
         "Refuse a fit in which two callbacks would both do `backward` or `step`; from here on, the trainer is fitting"
-        self._check_steps(train)
-        super().start_fit(n_epochs, lr, train, valid, **options)
+        self._check_steps(args['train'])
+        super().start_fit(**args)
         self.fitting = True
 
     def end_fit(self):

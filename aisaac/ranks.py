@@ -221,10 +221,10 @@ def _fit_error(trainer, err):
 class AgreedRanks:
     "A `Trainer` layer: in a distributed fit, callbacks run where their `runs_on` says, and a stop or an error is agreed by every process"
     ranks_agree = True  # False: no `RanksCB` (every process stops on its own, as plain PyTorch does)
-    def start_fit(self, *args, **kwargs):
+    def start_fit(self, **args): # `fit`'s arguments
         "On a process other than the main one, switch off the callbacks that run on the main one only; on 2 processes or more, add a `RanksCB`"
         if not is_main_process() and (main := [cb for cb in self.cbs if runs_on(cb) == 'main']): self.switch_off(main)
-        super().start_fit(*args, **kwargs)
+        super().start_fit(**args)
         self.fit_callbacks += self.add_callbacks(_ranks_cbs(self))
 
     def must_raise(self, e:Exception, cb, event:str):

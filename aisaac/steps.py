@@ -1,6 +1,7 @@
 """The trainer's clock, and runs measured in optimizer steps: `fit(steps=1000, valid_every=200)` trains for that many steps across the loader's epochs, validating every `valid_every`."""
 __all__ = ['StepRuns']
 import math, numbers
+from .core.dispatch import with_cbs
 from .clock import Clock, Every, LoaderStream
 
 def _count_batch(trainer):
@@ -16,7 +17,7 @@ def _count_epoch(trainer):
 for _f in (_count_batch, _count_step, _count_epoch): _f.hidden = True  # the trainer's own: not shown among the callbacks
 
 class StepRuns:
-    "A `Trainer` layer: `trainer.clock` counts epochs, applied steps, batches, samples, tokens and seconds; `fit(steps=...)` trains in steps"
+    "A `Trainer` layer: `trainer.clock` counts epochs, applied steps, batches, samples, tokens and seconds; `fit(steps=...)` trains in steps; `step_scheduler`"
     events = ('before_data_epoch',)
     steps = valid_every = None
     def __init__(self, *args, **kwargs):
@@ -29,25 +30,29 @@ class StepRuns:
         if (count := _counts.get(event)) is not None: return [(None, count, event)] + hs
         return hs
 
-    def check_fit(self, n_epochs, lr, train, valid, steps:int=None, valid_every=None, **options):
+    def check_fit(self, steps:int=None, # train for this many optimizer steps instead of `n_epochs`
+                  valid_every=None, # with `steps`: validate every this many steps
+                  **args): # the rest of `fit`'s arguments
         "Refuse `steps` and `valid_every` that are not a run measured in steps"
         if steps is not None:
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
                 raise ValueError(f"`steps` is how many optimizer steps to train, a whole number of 1 or more (got {steps!r})")
-            if not train: raise ValueError("`fit(steps=...)` trains for that many optimizer steps, and `train=False` trains none: leave `train` True")
+            if not args['train']: raise ValueError("`fit(steps=...)` trains for that many optimizer steps, and `train=False` trains none: leave `train` True")
         if valid_every is not None:
             if steps is None:
                 raise ValueError("`valid_every` says when to validate in a run measured in steps: give `steps=` too (e.g. "
                                  "`fit(steps=1000, valid_every=200)`); a run of epochs validates after each epoch")
             if Every(valid_every).unit != 'step':
                 raise ValueError(f"`valid_every` is a number of optimizer steps (got {valid_every!r}): e.g. `valid_every=200` or '200 steps'")
-        super().check_fit(n_epochs, lr, train, valid, **options)
+        super().check_fit(**args)
 
-    def start_fit(self, n_epochs, lr, train, valid, steps:int=None, valid_every=None, **options):
+    def start_fit(self, steps:int=None, # train for this many optimizer steps instead of `n_epochs`
+                  valid_every=None, # with `steps`: validate every this many steps
+                  **args): # the rest of `fit`'s arguments
         "The passes of this fit: `n_epochs`, or passes of `valid_every` optimizer steps until `steps` are taken; the clock runs"
         self.steps, self._stream = steps, None
         self.valid_every = None if steps is None else steps if valid_every is None else int(Every(valid_every).n)
-        super().start_fit(n_epochs, lr, train, valid, **options)
+        super().start_fit(**args)
         if steps is not None:
             self.n_epochs = math.ceil(steps / self.valid_every)  # each turn of the loop validates after `valid_every` steps
             self.epochs, self._stream = range(self.n_epochs), LoaderStream(lambda: self.dls.train, self.clock, self._new_data_epoch)
@@ -67,6 +72,13 @@ class StepRuns:
     def _new_data_epoch(self):
         "The stream starts an epoch of the training loader: the `before_data_epoch` event (a resumed run's handler may set where it starts)"
         self.run_callbacks('before_data_epoch')
+
+    @with_cbs('scheduler_step')
+    def step_scheduler(self, scheduler, # a torch learning-rate scheduler
+                       metric=None): # the value a scheduler such as `ReduceLROnPlateau` steps with
+        "Step `scheduler` (with `metric`, if given) in the `scheduler_step` phase: callbacks see it in `before_`/`after_scheduler_step`"
+        if metric is None: scheduler.step()
+        else: scheduler.step(metric)
 
     def planned_steps(self):
         "The optimizer steps this fit takes: `steps`, or its epochs times the training batches per epoch over `clock.batches_per_step`"
