@@ -40,6 +40,5 @@ class ErrorPolicy:
 
     def unwinding(self, event:str):
         "The error on its way out while `event` runs, when it is a `cleanup_` event or `on_exception`; else `None`"
-        if not (event.startswith('cleanup_') or event == 'on_exception'): return None
-        err = getattr(self, 'exception', None)
-        return None if isinstance(err, CancelException) else err
+        if event == 'on_exception': return self.exception
+        return self.exception if event.startswith('cleanup_') and getattr(self, 'outcome', None) in ('error', 'interrupted') else None

@@ -8,28 +8,26 @@ Docs: https://aisaac-dev.github.io/aisaac/core/callback.html.md"""
 __all__ = ['event', 'CancelException', 'CancelFitException', 'CancelEpochException', 'CancelBatchException',
            'CancelBackwardException', 'CancelStepException', 'PreemptedException', 'Callback', 'setting']
 
-# %% ../../nbs/core/00_callback.ipynb #78fcb5c8
+# %% ../../nbs/core/00_callback.ipynb #d56eedf0
 class event:
-    """The events of the `Trainer`'s loop, as attributes (`event.before_fit`) and in `event.names`, in the order the loop fires them:
+    """The events of the `Trainer`'s loop (`event.before_fit`; `event.names`), in the order it fires them; `cleanup_` always fires:
 
-        Trainer(...)                after_create
-        fit(n_epochs, lr)           before_fit
+        Trainer(...)              after_create
+        fit(n_epochs, lr)         before_fit
           for epoch in epochs:
-            training pass           before_train, before_epoch
-              for each batch        before_dataloader, (the loader's next batch), after_dataloader
-                one_batch           before_batch
-                  the model         before_predict, predict, after_predict
-                  the loss          before_loss, get_loss, after_loss
-                  the gradients     before_backward, backward, after_backward
-                  the optimizer     before_step, step, then after_step if a step was applied, else step_skipped
-                  the zeroing       before_zero_grad, zero_grad, after_zero_grad
-                                    after_batch, cleanup_batch, checkpoint (at='batch')
-                                    after_epoch, cleanup_epoch, after_train, cleanup_train
-            validation pass         the same, from before_validate to cleanup_validate, with the model and the loss only
-                                    checkpoint (at='epoch'); then a `request_stop` ends the fit
-                                    after_fit, cleanup_fit; on_exception if the fit failed
-
-    A phase's `after_` event fires when it ended normally; its `cleanup_` event always fires, `trainer.outcome` saying how it ended."""
+            training pass         before_train, before_epoch
+              for each batch      before_dataloader, (the loader's next batch), after_dataloader
+                one_batch         before_batch
+                  the model       before_predict, predict, after_predict
+                  the loss        before_loss, get_loss, after_loss
+                  the gradients   before_backward, backward, after_backward
+                  the optimizer   before_step, step, then after_step if a step was applied, else step_skipped
+                  the zeroing     before_zero_grad, zero_grad, after_zero_grad
+                                  after_batch, cleanup_batch, checkpoint (at='batch')
+                                  after_epoch, cleanup_epoch, after_train, cleanup_train
+            validation pass       the same, from before_validate to cleanup_validate, with the model and the loss only
+                                  checkpoint (at='epoch'); then a `request_stop` ends the fit
+                                  after_fit, cleanup_fit; on_exception if the fit failed"""
     names = tuple('''after_create before_fit before_train before_validate before_epoch before_dataloader after_dataloader before_batch
                      before_predict predict after_predict before_loss get_loss after_loss before_backward backward after_backward
                      before_step step step_skipped after_step before_zero_grad zero_grad after_zero_grad after_batch cleanup_batch checkpoint
@@ -47,7 +45,7 @@ class PreemptedException(CancelFitException):
     "The fit ends because the job is being stopped from outside (SIGTERM), after a checkpoint: its outcome is `'preempted'`"
     outcome = 'preempted'
 
-# %% ../../nbs/core/00_callback.ipynb #a6970b58
+# %% ../../nbs/core/00_callback.ipynb #29e0f752
 class Callback:
     "Optional base class of callbacks (any object with methods named after events is one); it declares the settings a callback may have"
     order = 0                    # callbacks run sorted by `order`; among equal ones, core callbacks first, then in the order added
@@ -64,8 +62,7 @@ class Callback:
     def state_dict(self): "Its state, for checkpoints: none, unless a subclass keeps one"; return {}
     def load_state_dict(self, state:dict): # as `state_dict` made it
         "Load `state`; without a `load_state_dict` of its own, a callback accepts only the empty state"
-        if state: raise NotImplementedError(f"{type(self).__name__} cannot load the state {list(state)}: it has no `load_state_dict` of "
-                                            f"its own. Define one that restores what its `state_dict` returns.")
+        if state: raise NotImplementedError(f"{type(self).__name__} cannot load the state {list(state)}: it has no `load_state_dict` of its own")
 
 def setting(cb, name:str): # a callback, of `Callback` or not, and a setting's name
     "`cb`'s setting `name`, or `Callback`'s default when `cb` does not have it"

@@ -7,46 +7,46 @@ Docs: https://aisaac-dev.github.io/aisaac/core/dispatch.html.md"""
 # %% auto #0
 __all__ = ['Entry', 'with_cbs', 'listify', 'flatten', 'handler', 'CallbackMixin']
 
-# %% ../../nbs/core/01_dispatch.ipynb #2c34cf53
-import collections, collections.abc, functools, inspect, itertools, weakref
-from .callback import Callback, CancelException, CancelFitException, setting
+# %% ../../nbs/core/01_dispatch.ipynb #789af244
+import collections, collections.abc, functools, inspect, itertools
+from .callback import Callback, CancelException, setting
 
-# %% ../../nbs/core/01_dispatch.ipynb #f1b21bbb
 class with_cbs:
     "Make a method the phase `nm`: `before_{nm}`, the method, `after_{nm}`, then `cleanup_{nm}` however it ended; `exception` ends it early"
     def __init__(self, nm:str, # the phase's name
                  exception:type=None): # the `Cancel...Exception` that ends the phase early, without an error
-        self.nm, self.exception = nm, exception or _NoCancel
-        self.events = self.before, self.after, self.cleanup = f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
+        self.nm, self.exception, self.before, self.after, self.cleanup = nm, exception or _NoCancel, f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
     def __call__(self, f):
-        @functools.wraps(f)
         def phase(o, *args, **kwargs):
-            watched = _watched(o, self)  # a phase no callback watches runs its method alone: most batches (a measured hot spot)
+            run = o.run_callbacks if _watched(o, self) else _nothing  # a phase no callback watches runs its method alone: most batches
             try:
-                if watched: o.run_callbacks(self.before)
+                run(self.before)
                 res = f(o, *args, **kwargs)
-                if watched: o.run_callbacks(self.after)
-                o.outcome, o.exception = 'ok', None
+                run(self.after)
+                o.outcome = 'ok'
                 return res
-            except self.exception as e: o.outcome, o.exception = getattr(e, 'outcome', 'cancelled'), e
             except BaseException as e:
-                o.outcome, o.exception = 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error', e
-                raise
-            finally:
-                if watched: o.run_callbacks(self.cleanup)
-        phase.phase = self
+                o.outcome, o.exception = _outcome(e), e
+                if not isinstance(e, self.exception): raise
+            finally: run(self.cleanup)
+        functools.update_wrapper(phase, f).phase = self
         return phase
 
 class _NoCancel(Exception): "Stands for 'no cancel exception': a phase without one"
+def _nothing(event): "Stands for `run_callbacks` in a phase no callback watches"
+
+def _outcome(e:BaseException): # what ended a phase
+    "How `e` ended a phase: 'cancelled' (or the cancel's own outcome, as 'preempted'), 'interrupted' (Ctrl-C) or 'error'"
+    return getattr(e, 'outcome', 'cancelled') if isinstance(e, CancelException) else 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
 def _watched(o, phase):
-    "Whether `o` fires the events of `phase`: a `CallbackMixin` when a callback handles one of them, any object with `run_callbacks` always"
-    if isinstance(o, CallbackMixin): return bool(o.plans[phase.events] if phase.events in o.plans else o.dispatch(phase.events))
+    "Whether `o` fires the events of `phase`: a `CallbackMixin` (it has `plans`) when a callback handles one, any object with `run_callbacks`"
+    if (plans := getattr(o, 'plans', None)) is not None:
+        return bool(plans[phase] if phase in plans else plans.setdefault(phase, o.dispatch((phase.before, phase.after, phase.cleanup))))
     if callable(getattr(o, 'run_callbacks', None)): return True
-    raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: subclass "
-                    f"`CallbackMixin`, or write a `run_callbacks` method")
+    raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: subclass `CallbackMixin`")
 
-# %% ../../nbs/core/01_dispatch.ipynb #54c1f6da
+# %% ../../nbs/core/01_dispatch.ipynb #d8aa8073
 def listify(cbs):
     "The callbacks in `cbs`: none for `None`, the items of a list or another iterable, else `cbs` itself"
     if cbs is None: return []
@@ -68,21 +68,16 @@ def handler(cb, # a callback
 
 def _arg_names(f):
     "The keyword arguments `f` takes after the trainer: a set of names, or `None` for any (`**kwargs`)"
-    if (res := _names.get(key := getattr(f, '__func__', f), False)) is False:  # `signature` is slow: remembered per function
-        ps = list(inspect.signature(f).parameters.values())[1:]
-        res = None if any(p.kind is p.VAR_KEYWORD for p in ps) else frozenset(p.name for p in ps)
-        if inspect.isfunction(key): _names[key] = res
-    return res
-_names = weakref.WeakKeyDictionary()
+    ps = list(inspect.signature(f).parameters.values())[1:]
+    return None if any(p.kind is p.VAR_KEYWORD for p in ps) else frozenset(p.name for p in ps)
 
 Entry = collections.namedtuple('Entry', 'order tier seq name cb')  # a callback's place: `order`, then tier (0 core, 1 added), then as added
 
-# %% ../../nbs/core/01_dispatch.ipynb #c4027418
 class CallbackMixin:
     "Gives a class callbacks: `add_callbacks` and `remove_callbacks`, and `run_callbacks`, which runs an event's handlers in order"
-    def __new__(cls, *args, **kwargs):  # so that a subclass may add callbacks before `super().__init__()`, or never call it
+    def __new__(cls, *args, **kwargs):  # a subclass may add callbacks before `super().__init__()`, or never call it
         self = super().__new__(cls)
-        self._entries, self._seq, self.off, self._kept = {}, itertools.count(), set(), {}
+        self._entries, self._seq, self.off = {}, itertools.count(), set()
         self.callbacks_changed()
         return self
 
@@ -106,40 +101,31 @@ class CallbackMixin:
     def check_callback(self, cb):
         "Refuse `cb` before it is added: one added already (layers check more, such as the names of its hooks)"
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
-
     def free_name(self, name:str): # a callback's class name
         "The name a callback of class `name` gets here: `name`, or `name_1`, `name_2`... when it is taken"
         taken = {e.name for e in self._entries.values()}
         return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in taken)
-
     def remove_callbacks(self, callbacks): # a callback, a group, or a list of them
         "Remove `callbacks`, and the members of the groups among them"
         for cb in flatten(callbacks):
             if (e := self._entries.pop(id(cb), None)) is not None: delattr(self, e.name)
         self.callbacks_changed()
 
-    def entry(self, cb): "`cb`'s `Entry` here, or `None`"; return self._entries.get(id(cb))
-    def name_of(self, cb): "`cb`'s name here (the class's name for `None`)"; return e.name if (e := self.entry(cb)) else type(cb or self).__name__
-    def entries(self):
-        "The `Entry` of every callback that runs here: those added (layers add others, such as the global callbacks)"
-        return list(self._entries.values())
-
+    def entry(self, cb): # a callback
+        "`cb`'s `Entry` here, or `None`"
+        return self._entries.get(id(cb))
+    def name_of(self, cb): # a callback, or `None` for the class's own handlers
+        "`cb`'s name here, as in `trainer.MetricsCB_1`"
+        return e.name if (e := self.entry(cb)) else type(self if cb is None else cb).__name__
+    def entries(self): "The `Entry` of every callback that runs here (layers add the global callbacks)"; return list(self._entries.values())
     def callbacks_changed(self):
-        "Sort the callbacks (`order`, tier, as added; layers add declared relations) and take the plans made for this set of callbacks"
-        self.cbs = [e.cb for e in sorted(self.entries(), key=lambda e: e[:3])]
-        key = tuple(map(id, self.cbs)), frozenset(self.off)  # a fit adds and removes callbacks: the plans of a set that comes back are kept
-        self.plans = self._kept.pop(key, None) or {}
-        self._kept[key] = self.plans
-        if len(self._kept) > 4: del self._kept[next(iter(self._kept))]
+        "Sort the callbacks (`order`, tier, as added) and forget the plans; layers add declared relations, and keep plans"
+        self.cbs, self.plans = [e.cb for e in sorted(self.entries(), key=lambda e: e[:3])], {}
 
     def switch_off(self, cbs): # callbacks
         "Keep `cbs` from running, at once, until `switch_on`"
-        self.off.update(map(id, cbs))
-        self.callbacks_changed()
-
-    def switch_on(self):
-        "Let every callback run again"
-        if self.off: self.off.clear(); self.callbacks_changed()
+        self.off.update(map(id, cbs)); self.callbacks_changed()
+    def switch_on(self): "Let every callback run again"; self.off.clear(); self.callbacks_changed()
 
     def handlers(self, event:str):
         "`(callback, function, event)` of each handler of `event`, in run order (layers add others, such as the class's own)"

@@ -7,17 +7,16 @@ Docs: https://aisaac-dev.github.io/aisaac/core/trainer.html.md"""
 # %% auto #0
 __all__ = ['Trainer']
 
-# %% ../../nbs/core/02_trainer.ipynb #8fb98933
+# %% ../../nbs/core/02_trainer.ipynb #10581807
 import itertools
 import torch
-from .callback import (event, CancelFitException, CancelEpochException, CancelBatchException, CancelBackwardException,
-                                  CancelStepException)
+from .callback import event, CancelFitException, CancelEpochException, CancelBatchException, CancelBackwardException, CancelStepException
 from .dispatch import CallbackMixin, with_cbs
 
-# %% ../../nbs/core/02_trainer.ipynb #c2ce4572
+# %% ../../nbs/core/02_trainer.ipynb #aa307f25
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward, _step = ('before_backward', 'backward', 'after_backward'), ('before_step', 'step')
-_after_step = ('after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad')
+_after_step, _END = ('after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'), object()  # (`_END`: the loader's end)
 
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`: every step of a batch is a callback"
@@ -65,13 +64,10 @@ class Trainer(CallbackMixin):
         self.n_epochs, self.epochs, self.lr, self.do_train, self.do_valid = n_epochs, range(n_epochs), lr, train, valid
         self.opt, self.stop_reason = self.opt_func(self.model.parameters(), lr=lr), None
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
-
     def fit_error(self, e:BaseException): "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
-
     def end_fit(self):
         "After a fit, however it ended: remove its callbacks and let every callback run again"
-        self.remove_callbacks(self.fit_callbacks)
-        self.switch_on()
+        self.remove_callbacks(self.fit_callbacks); self.switch_on()
 
     @with_cbs('fit', CancelFitException)
     def _fit(self, train, valid):
@@ -84,7 +80,6 @@ class Trainer(CallbackMixin):
     def request_stop(self, reason:str): # why, for the record
         "End the fit after this epoch's `checkpoint` event, so that the savers write their checkpoints first"
         self.stop_reason = reason
-
     def one_pass(self, training:bool): # the training pass (`True`) or the validation pass
         "One pass over the training loader (the `train` phase) or the validation loader (`validate`)"
         self.model.train(training)
@@ -92,10 +87,8 @@ class Trainer(CallbackMixin):
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
 
     def train_loader(self): "The training pass's batches: `dls.train`"; return self.dls.train
-
     @with_cbs('train', CancelEpochException)
     def _train(self): self._batches()
-
     @with_cbs('validate', CancelEpochException)
     def _validate(self): self._batches()
 
@@ -122,5 +115,3 @@ class Trainer(CallbackMixin):
             return self.run_callbacks('step_skipped', reason=str(e) or f"cancelled by {getattr(e, 'raised_in', 'a callback')}")
         try: self.run_callbacks(_after_step)
         except CancelStepException: pass
-
-_END = object()
