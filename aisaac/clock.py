@@ -47,8 +47,8 @@ class Clock:
         "Count a training batch: one micro-step, and its samples and tokens"
         self.micro_step += 1
         b = batch
-        if type(b) in (tuple, list) and isinstance(x := b[0], torch.Tensor) and x.ndim:
-            self.samples += x.shape[0]  # the common `(x, y)` batch: `shape[0]` (0.1 us) rather than `len` (0.4 us), every batch
+        if type(b) in (tuple, list) and type(x := b[0]) is torch.Tensor and (shape := x.shape):
+            self.samples += shape[0]  # the common `(x, y)` batch, counted in 0.2 us (a tensor's `len` alone takes 0.4 us)
             return
         n, t = batch_counts(b)
         self.samples += n

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from ..clock import Every
 from ..history import MetricWatch
-from ..core.callback import Callback, PreemptedException
+from ..core.callback import Callback
+from ..ranks import PreemptedException
 from ..persist import atomic_save, is_main_process, unwrap_model, wait_for_everyone
 from ..utils import try_print
 

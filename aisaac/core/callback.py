@@ -6,7 +6,7 @@ Docs: https://aisaac-dev.github.io/aisaac/core/callback.html.md"""
 
 # %% auto #0
 __all__ = ['event', 'CancelException', 'CancelFitException', 'CancelEpochException', 'CancelBatchException',
-           'CancelBackwardException', 'CancelStepException', 'PreemptedException', 'Callback', 'setting']
+           'CancelBackwardException', 'CancelStepException', 'Callback', 'setting']
 
 # %% ../../nbs/core/00_callback.ipynb #d56eedf0
 class event:
@@ -34,16 +34,13 @@ class event:
                      after_epoch cleanup_epoch after_train cleanup_train after_validate cleanup_validate after_fit cleanup_fit on_exception'''.split())
 for _name in event.names: setattr(event, _name, _name)
 
-# %% ../../nbs/core/00_callback.ipynb #073fab20
+# %% ../../nbs/core/00_callback.ipynb #a25886ac
 class CancelException(Exception):                "Base of the exceptions that end part of the loop early; never reported as errors"
 class CancelFitException(CancelException):      "Raise in a handler to end the fit: `after_fit` is skipped, `cleanup_fit` runs"
 class CancelEpochException(CancelException):    "Raise in a handler to end this pass: `after_epoch` is skipped, `cleanup_epoch` runs"
 class CancelBatchException(CancelException):    "Raise in a handler to skip the rest of this batch: `after_batch` is skipped, `cleanup_batch` runs"
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
-class PreemptedException(CancelFitException):
-    "The fit ends because the job is being stopped from outside (SIGTERM), after a checkpoint: its outcome is `'preempted'`"
-    outcome = 'preempted'
 
 # %% ../../nbs/core/00_callback.ipynb #29e0f752
 class Callback:
