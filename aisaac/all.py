@@ -29,7 +29,7 @@ from .depends import *
 from .guards import *
 from .registry import *
 from .overview import *
-from .tracing import *
+from .plans import *
 from .dispatch import *
 from .clock import *
 from .steps import *
@@ -69,7 +69,7 @@ from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, tracing, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -91,7 +91,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     guards,
     registry,
     overview,
-    tracing,
+    plans,
     dispatch,
     clock,
     steps,

@@ -62,7 +62,6 @@ class _Resumed:
 _stopped = {'train done': 'between the training and the validation pass', 'valid': 'inside the validation pass',
             'train stopped': 'after a training pass that stopped early', 'valid stopped': 'after a validation pass that stopped early'}
 
-
 # %% ../nbs/22_checkpoint.ipynb #a9f96db4
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = 'aisaac.checkpoint', 2  # what a checkpoint says it is; CHECKPOINT_VERSION changes when the layout does
 # version 2 adds 'clock' (the trainer's clock) and 'stream' (a run measured in steps: where its stream is in the loader's epoch)
@@ -83,7 +82,6 @@ def _history(trainer):
     "The trainer's run history, if it has one that can save its state"
     h = getattr(trainer, 'history', None)
     return h if callable(getattr(h, 'state_dict', None)) else None
-
 
 # %% ../nbs/22_checkpoint.ipynb #8c74eecf
 def _check_format(state, where):
@@ -161,87 +159,7 @@ def _apply(trainer, state):
     trainer.epoch, trainer.batch_num = state['epoch'], state['batch']
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
-# %% ../nbs/22_checkpoint.ipynb #2b90ca9b
-class _FitTracker(Callback):
-    "Added to every fit: knows where the fit is, keeps the random states each training pass starts from, and resumes a checkpoint"
-    order, core = -10_000, True
-    def __init__(self, state=None): self.state, self.stream_at = state, None  # the checkpoint to resume, until it is loaded
-
-    def before_fit(self, trainer):
-        "Check the checkpoint to resume against this fit, and start at its epoch"
-        if self.state is None: return
-        _check_fits(trainer, self.state)
-        epoch, batch, n = self.state['epoch'], self.state['batch'], trainer.n_epochs
-        if epoch > n or (epoch == n and batch):
-            raise CheckpointError(f"The checkpoint resumes at epoch {epoch}{f', batch {batch}' if batch else ''}, past this fit's "
-                                  f"{n} epochs: resume with more epochs, `fit({epoch + 1}, resume_from=...)`")
-        trainer.epochs = range(epoch, n)
-
-    def after_fit(self, trainer):
-        "A fit with no epoch left restores the checkpoint here, after every `before_fit` (which may have reset the optimizer)"
-        if self.state is not None: self._resume(trainer)
-
-    def before_train(self, trainer):
-        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"
-        resumed = self.state is not None and self._resume(trainer, training=True)
-        if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
-        trainer._at = ('train', trainer.epoch)
-
-    def before_data_epoch(self, trainer):
-        "A run measured in steps starts an epoch of the training loader: keep the random states its order comes from, or resume inside it"
-        if self.stream_at is None:
-            trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
-            return
-        (n, epoch_rng, rng), self.stream_at = self.stream_at, None  # the checkpoint's place in the loader's epoch
-        gens = loader_generators(trainer.dls)
-        set_rng_state(epoch_rng, gens)
-        trainer._stream.it, trainer._stream.n, trainer._epoch_rng = skip_batches(trainer.dls.train, n), n, epoch_rng
-        set_rng_state(rng, gens)
-
-    def before_validate(self, trainer):
-        "Load the checkpoint if this fit only validates"
-        if self.state is not None: self._resume(trainer)
-        if trainer.do_train: trainer._at = ('valid', trainer.epoch)
-
-    def after_epoch(self, trainer):
-        "The pass went through all its batches"
-        if trainer.do_train: trainer._at = ('train done' if trainer.training else 'valid done', trainer.epoch)
-
-    def cleanup_train(self, trainer):
-        "A training pass that did not reach its end stopped early"
-        if trainer._at[0] == 'train': trainer._at = ('train stopped', trainer.epoch)
-
-    def cleanup_validate(self, trainer):
-        "A validation pass that did not reach its end stopped early"
-        if trainer.do_train and trainer._at[0] == 'valid': trainer._at = ('valid stopped', trainer.epoch)
-
-    def _resume(self, trainer, training=False):
-        "Load the checkpoint; in a training pass inside an epoch, replay its data order and skip the batches done"
-        state, self.state = self.state, None
-        trainer.load_checkpoint(state)
-        if trainer.steps is not None:  # the stream resumes where it was in the loader's epoch, when it starts its next one
-            if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'])
-            trainer._stream.it, trainer._epoch_rng = None, state['epoch_rng']
-            trainer.first_batch = state['batch']
-            return bool(state['batch'])
-        if not (training and state['batch']): return False
-        gens = loader_generators(trainer.dls)
-        set_rng_state(state['epoch_rng'], gens)
-        trainer.dl = _Resumed(trainer.dl, state['batch'], state['rng'], gens)
-        trainer.first_batch, trainer._epoch_rng = state['batch'], state['epoch_rng']
-        return True
-
-
-# %% ../nbs/22_checkpoint.ipynb #7d1773cb
-def _stateful(trainer):
-    "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
-    return [cb for cb in trainer.named_callbacks().values() if callable(getattr(cb, 'state_dict', None)) and cb.state_dict()]
-
-_machinery = ('_entries', 'plans', 'cbs', '_seq', 'off', '_tracer', 'fitting', '_fit_tracker')  # the dispatch keeps itself right
-
-def _kept(k): return not k.startswith('__') and k not in _machinery
-
-
+# %% ../nbs/22_checkpoint.ipynb #be1929df
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
     _resume = None
@@ -361,3 +279,82 @@ class Checkpoints:
 
     @checkpoint_engine.setter
     def checkpoint_engine(self, engine): self._checkpoint_engine = engine
+
+# %% ../nbs/22_checkpoint.ipynb #2b90ca9b
+class _FitTracker(Callback):
+    "Added to every fit: knows where the fit is, keeps the random states each training pass starts from, and resumes a checkpoint"
+    order, core = -10_000, True
+    def __init__(self, state=None): self.state, self.stream_at = state, None  # the checkpoint to resume, until it is loaded
+
+    def before_fit(self, trainer):
+        "Check the checkpoint to resume against this fit, and start at its epoch"
+        if self.state is None: return
+        _check_fits(trainer, self.state)
+        epoch, batch, n = self.state['epoch'], self.state['batch'], trainer.n_epochs
+        if epoch > n or (epoch == n and batch):
+            raise CheckpointError(f"The checkpoint resumes at epoch {epoch}{f', batch {batch}' if batch else ''}, past this fit's "
+                                  f"{n} epochs: resume with more epochs, `fit({epoch + 1}, resume_from=...)`")
+        trainer.epochs = range(epoch, n)
+
+    def after_fit(self, trainer):
+        "A fit with no epoch left restores the checkpoint here, after every `before_fit` (which may have reset the optimizer)"
+        if self.state is not None: self._resume(trainer)
+
+    def before_train(self, trainer):
+        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"
+        resumed = self.state is not None and self._resume(trainer, training=True)
+        if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+        trainer._at = ('train', trainer.epoch)
+
+    def before_data_epoch(self, trainer):
+        "A run measured in steps starts an epoch of the training loader: keep the random states its order comes from, or resume inside it"
+        if self.stream_at is None:
+            trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+            return
+        (n, epoch_rng, rng), self.stream_at = self.stream_at, None  # the checkpoint's place in the loader's epoch
+        gens = loader_generators(trainer.dls)
+        set_rng_state(epoch_rng, gens)
+        trainer._stream.it, trainer._stream.n, trainer._epoch_rng = skip_batches(trainer.dls.train, n), n, epoch_rng
+        set_rng_state(rng, gens)
+
+    def before_validate(self, trainer):
+        "Load the checkpoint if this fit only validates"
+        if self.state is not None: self._resume(trainer)
+        if trainer.do_train: trainer._at = ('valid', trainer.epoch)
+
+    def after_epoch(self, trainer):
+        "The pass went through all its batches"
+        if trainer.do_train: trainer._at = ('train done' if trainer.training else 'valid done', trainer.epoch)
+
+    def cleanup_train(self, trainer):
+        "A training pass that did not reach its end stopped early"
+        if trainer._at[0] == 'train': trainer._at = ('train stopped', trainer.epoch)
+
+    def cleanup_validate(self, trainer):
+        "A validation pass that did not reach its end stopped early"
+        if trainer.do_train and trainer._at[0] == 'valid': trainer._at = ('valid stopped', trainer.epoch)
+
+    def _resume(self, trainer, training=False):
+        "Load the checkpoint; in a training pass inside an epoch, replay its data order and skip the batches done"
+        state, self.state = self.state, None
+        trainer.load_checkpoint(state)
+        if trainer.steps is not None:  # the stream resumes where it was in the loader's epoch, when it starts its next one
+            if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'])
+            trainer._stream.it, trainer._epoch_rng = None, state['epoch_rng']
+            trainer.first_batch = state['batch']
+            return bool(state['batch'])
+        if not (training and state['batch']): return False
+        gens = loader_generators(trainer.dls)
+        set_rng_state(state['epoch_rng'], gens)
+        trainer.dl = _Resumed(trainer.dl, state['batch'], state['rng'], gens)
+        trainer.first_batch, trainer._epoch_rng = state['batch'], state['epoch_rng']
+        return True
+
+# %% ../nbs/22_checkpoint.ipynb #a7e8961c
+def _stateful(trainer):
+    "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
+    return [cb for cb in trainer.named_callbacks().values() if callable(getattr(cb, 'state_dict', None)) and cb.state_dict()]
+
+_machinery = ('_entries', 'plans', 'cbs', '_seq', 'off', '_tracer', 'fitting', '_fit_tracker')  # the dispatch keeps itself right
+
+def _kept(k): return not k.startswith('__') and k not in _machinery

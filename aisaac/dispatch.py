@@ -9,8 +9,8 @@ from .rewrite import ArgumentRewriting
 from .around import AroundHooks
 from .guards import CallbackGuards
 from .overview import Overview
-from .tracing import Tracing
+from .plans import Plans
 
-class CallbackMixin(Tracing, Overview, CallbackGuards, AroundHooks, ArgumentRewriting, DeclaredCallbacks, GlobalCallbacks, Dependencies,
+class CallbackMixin(Plans, Overview, CallbackGuards, AroundHooks, ArgumentRewriting, DeclaredCallbacks, GlobalCallbacks, Dependencies,
                     ErrorPolicy, kernel.CallbackMixin):
     "Gives a class callbacks: the kernel's `CallbackMixin` and, in the order they apply, the layers listed in its bases"

@@ -1,4 +1,4 @@
-"""`trace`: every event and handler of a fit, timed; `ProfileCB`: where the time of a fit goes, per callback and event.
+"""`ProfileCB`: where the time of a fit goes, per callback and event.
 
 Docs: https://aisaac-dev.github.io/aisaac/callbacks/introspect.html.md"""
 
@@ -12,7 +12,6 @@ import time
 from ..core.callback import Callback
 from ..overview import CallbackSummary
 
-# %% ../../nbs/callbacks/43_introspect.ipynb #1ebf4e1a
 # %% ../../nbs/callbacks/43_introspect.ipynb #595bbf7f
 class ProfileCB(Callback):
     "Time every handler over a fit; `stats` holds (event, callback, calls, seconds, share of the fit), largest first"

@@ -1,5 +1,5 @@
-"""`trace`: every event and handler of a run, timed, through the `handlers` seam."""
-__all__ = ['Trace', 'Tracing']
+"""The plans of a set of callbacks: kept for when the same set comes back (every fit adds and removes callbacks), and traced on demand: `trace()` records every event and times every handler."""
+__all__ = ['Trace', 'Plans']
 import contextlib, functools, time
 from .overview import CallbackSummary
 
@@ -30,15 +30,20 @@ class Trace:
     def __repr__(self): return repr(self.table())
     def _repr_markdown_(self): return self.table()._repr_markdown_()
 
-class Tracing:
-    "A `CallbackMixin` layer at its `handlers` seam: inside `with owner.trace():`, every event is recorded and every handler timed"
-    _tracer = None
+class Plans:
+    "A `CallbackMixin` layer at its `callbacks_changed` and `handlers` seams: the plans of a set of callbacks are kept for when it comes back, and traced on demand"
+    _tracer, kept = None, 4  # how many sets of callbacks keep their plans
     def callbacks_changed(self):
-        "Sort the callbacks again; while tracing, their plans are made afresh (timed), and the others kept for after"
+        "Sort the callbacks again, and take the plans made for this set of them, if it was seen lately; while tracing, traced plans afresh"
         super().callbacks_changed()
-        if self._tracer is not None: self.plans = {}
+        if self._tracer is not None: return  # (the kernel's `plans` are new: the traced ones go there, and are not kept)
+        sets = self.__dict__.setdefault('_sets', {})
+        key = tuple(map(id, self.cbs)), frozenset(self.off)
+        self.plans = sets.pop(key, None) or self.plans
+        sets[key] = self.plans
+        if len(sets) > self.kept: del sets[next(iter(sets))]
 
-    def handlers(self, event:str):
+    def handlers(self, event:str): # an event's name
         "The handlers of `event`; while tracing, timed, after one that records the event"
         hs = super().handlers(event)
         return hs if self._tracer is None else self._tracer.wrap(self, event, hs)
@@ -52,3 +57,4 @@ class Tracing:
         finally:
             self._tracer = previous
             self.callbacks_changed()
+
