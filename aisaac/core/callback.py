@@ -42,7 +42,7 @@ class CancelBatchException(CancelException):    "Raise in a handler to skip the 
 class CancelBackwardException(CancelException): "Raise in `before_backward` or `backward` to skip this batch's backward pass and `after_backward`"
 class CancelStepException(CancelException):     "Raise from `before_step` to `zero_grad` to skip this batch's optimizer step and the zeroing of the gradients"
 
-# %% ../../nbs/core/00_callback.ipynb #29e0f752
+# %% ../../nbs/core/00_callback.ipynb #a9570cfe
 class Callback:
     "Optional base class of callbacks (any object with methods named after events is one); it declares the settings a callback may have"
     order = 0                    # callbacks run sorted by `order`; among equal ones, core callbacks first, then in the order added
@@ -61,6 +61,6 @@ class Callback:
         "Load `state`; without a `load_state_dict` of its own, a callback accepts only the empty state"
         if state: raise NotImplementedError(f"{type(self).__name__} cannot load the state {list(state)}: it has no `load_state_dict` of its own")
 
-def setting(cb, name:str): # a callback, of `Callback` or not, and a setting's name
-    "`cb`'s setting `name`, or `Callback`'s default when `cb` does not have it"
-    return getattr(cb, name, getattr(Callback, name))
+def setting(cb, # a callback, of `Callback` or not
+            name:str): # a setting's name, such as 'order'
+    "`cb`'s setting `name`, or `Callback`'s default when `cb` does not have it"; return getattr(cb, name, getattr(Callback, name))

@@ -49,13 +49,13 @@ def _watched(o, phase):
     if callable(getattr(o, 'run_callbacks', None)): return True
     raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: subclass `CallbackMixin`")
 
-# %% ../../nbs/core/01_dispatch.ipynb #d8aa8073
-def listify(cbs):
+# %% ../../nbs/core/01_dispatch.ipynb #d4010839
+def listify(cbs): # a callback, a group, a list or another iterable of them, or `None`
     "The callbacks in `cbs`: none for `None`, the items of a list or another iterable, else `cbs` itself"
     if cbs is None: return []
     return list(cbs) if isinstance(cbs, collections.abc.Iterable) and not isinstance(cbs, (str, bytes, Callback)) else [cbs]
 
-def flatten(cbs):
+def flatten(cbs): # a callback, a group, or a list of them
     "The callbacks in `cbs` and, depth first, the members of the groups among them (their `callbacks`)"
     res, todo = [], listify(cbs)[::-1]
     while todo:
@@ -101,13 +101,12 @@ class CallbackMixin:
             raise
         return added
 
-    def check_callback(self, cb):
+    def check_callback(self, cb): # a callback
         "Refuse `cb` before it is added: one added already (layers check more, such as the names of its hooks)"
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
     def free_name(self, name:str): # a callback's class name
         "The name a callback of class `name` gets here: `name`, or `name_1`, `name_2`... when it is taken"
-        taken = {e.name for e in self._entries.values()}
-        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in taken)
+        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in {e.name for e in self._entries.values()})
     def remove_callbacks(self, callbacks): # a callback, a group, or a list of them
         "Remove `callbacks`, and the members of the groups among them"
         for cb in flatten(callbacks):
@@ -115,11 +114,9 @@ class CallbackMixin:
         self.callbacks_changed()
 
     def entry(self, cb): # a callback
-        "`cb`'s `Entry` here, or `None`"
-        return self._entries.get(id(cb))
+        "`cb`'s `Entry` here, or `None`"; return self._entries.get(id(cb))
     def name_of(self, cb): # a callback, or `None` for the class's own handlers
-        "`cb`'s name here, as in `trainer.MetricsCB_1`"
-        return e.name if (e := self.entry(cb)) else type(self if cb is None else cb).__name__
+        "`cb`'s name here, as in `trainer.MetricsCB_1`"; return e.name if (e := self.entry(cb)) else type(self if cb is None else cb).__name__
     def entries(self): "The `Entry` of every callback that runs here (layers add the global callbacks)"; return list(self._entries.values())
     def callbacks_changed(self):
         "Sort the callbacks (`order`, tier, as added) and forget the plans; layers add declared relations, and keep plans"
@@ -130,7 +127,7 @@ class CallbackMixin:
         self.off.update(map(id, cbs)); self.callbacks_changed()
     def switch_on(self): "Let every callback run again"; self.off.clear(); self.callbacks_changed()
 
-    def handlers(self, event:str):
+    def handlers(self, event:str): # an event's name
         "`(callback, function, event)` of each handler of `event`, in run order (layers add others, such as the class's own)"
         return [(cb, f, event) for cb in self.cbs if id(cb) not in self.off and (f := handler(cb, event)) is not None]
 
@@ -164,4 +161,5 @@ class CallbackMixin:
         "Whether `e` goes on up: always, here (layers apply the callback's `on_error`, note where it was raised, agree across processes)"
         return True
 
-    def has_handlers(self, event:str): "Whether a callback handles `event` now"; return bool(self.dispatch(event))
+    def has_handlers(self, event:str): # an event's name
+        "Whether a callback handles `event` now"; return bool(self.dispatch(event))

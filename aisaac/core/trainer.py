@@ -13,7 +13,7 @@ import torch
 from .callback import event, CancelFitException, CancelEpochException, CancelBatchException, CancelBackwardException, CancelStepException
 from .dispatch import CallbackMixin, with_cbs
 
-# %% ../../nbs/core/02_trainer.ipynb #aa307f25
+# %% ../../nbs/core/02_trainer.ipynb #6f93c7cf
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward, _step = ('before_backward', 'backward', 'after_backward'), ('before_step', 'step')
 _after_step, _END = ('after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'), object()  # (`_END`: the loader's end)
@@ -59,12 +59,13 @@ class Trainer(CallbackMixin):
         "Refuse a fit that cannot work, before anything changes: here, arguments no layer took (layers check theirs first)"
         if extra := set(args) - {'n_epochs', 'lr', 'train', 'valid'}: raise TypeError(f"fit() got {sorted(extra)}, which no layer takes")
 
-    def start_fit(self, n_epochs, lr, train, valid): # `fit`'s arguments (layers take their options before)
+    def start_fit(self, **args): # `fit`'s `n_epochs`, `lr`, `train` and `valid` (layers take their options before)
         "Set a fit up, its callbacks added: its epochs, learning rate and a new optimizer (layers add callbacks and state)"
-        self.n_epochs, self.epochs, self.lr, self.do_train, self.do_valid = n_epochs, range(n_epochs), lr, train, valid
-        self.opt, self.stop_reason = self.opt_func(self.model.parameters(), lr=lr), None
+        self.n_epochs, self.lr, self.do_train, self.do_valid = args['n_epochs'], args['lr'], args['train'], args['valid']
+        self.epochs, self.opt, self.stop_reason = range(self.n_epochs), self.opt_func(self.model.parameters(), lr=self.lr), None
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
-    def fit_error(self, e:BaseException): "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
+    def fit_error(self, e:BaseException): # what ended the fit
+        "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
     def end_fit(self):
         "After a fit, however it ended: remove its callbacks and let every callback run again"
         self.remove_callbacks(self.fit_callbacks); self.switch_on()
