@@ -159,10 +159,10 @@ def _apply(trainer, state):
     trainer.epoch, trainer.batch_num = state['epoch'], state['batch']
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
-# %% ../nbs/26_checkpoint.ipynb #be1929df
+# %% ../nbs/26_checkpoint.ipynb #2f13f145
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
-    _resume = None
+    _resume, steps, valid_every, fitting = None, None, None, False  # (the steps and the guards layers set the last three, when they are there)
 
     def resume_point(self):
         "Where a checkpoint written now resumes: `(epoch, training batches of that epoch already done)`"

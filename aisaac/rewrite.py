@@ -7,7 +7,7 @@ Docs: https://aisaac-dev.github.io/aisaac/rewrite.html.md"""
 # %% auto #0
 __all__ = ['rewriting', 'ArgumentRewriting']
 
-# %% ../nbs/13_rewrite.ipynb #60f7a549
+# %% ../nbs/13_rewrite.ipynb #894d17b1
 import functools, inspect, weakref
 from .core.dispatch import with_cbs
 
@@ -28,7 +28,7 @@ def rewriting(phase): # a method made a phase by `with_cbs`, that takes argument
         return _RAN
     @functools.wraps(f)
     def rewrites(o, *args, **kwargs):
-        if not o.rewriters(ph): return phase(o, *args, **kwargs)  # no handler names the arguments or the result
+        if not _rewrites(o, ph): return phase(o, *args, **kwargs)  # no handler names the arguments or the result
         bound = sig.bind(o, *args, **kwargs)
         bound.apply_defaults()
         calls = _calls.setdefault(o, [])
@@ -52,15 +52,15 @@ class ArgumentRewriting:
                 setattr(cls, name, f := rewriting(f))
             cls.rewrites.update({f.phase.before: f.params, f.phase.after: ('return_value',)})
 
-    def rewriters(self, ph:with_cbs): # a phase
-        "Whether a handler of `ph` names its arguments (in `before_`) or its result (in `after_`): then the phase rewrites"
-        return any(getattr(f, 'rewrites', False) for e in (ph.before, ph.after) for _, f, _, _ in self.dispatch(e))
-
     def handlers(self, event:str): # an event's name
         "The handlers of `event`; in a phase that rewrites, those that name its arguments (or result) get them and give replacements"
         hs = super().handlers(event)
         if (params := self.rewrites.get(event)) is None: return hs
         return [(cb, _rewriter(f, params, event) if _takes(f, params) else f, ev) for cb, f, ev in hs]
+
+def _rewrites(o, ph):
+    "Whether a handler of the phase `ph` of `o` names its arguments (in `before_`) or its result (in `after_`): then the phase rewrites"
+    return any(getattr(f, 'rewrites', False) for e in (ph.before, ph.after) for _, f, _, _ in o.dispatch(e))
 
 def _names(f):
     "The names `f` takes after the object, or `None` for any (`**kwargs`)"

@@ -40,8 +40,9 @@ SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template 
 # regenerate nbs/sidebar.yml (`custom_sidebar = true` in pyproject.toml): this script writes it, and every
 # docs command runs this first, so a new notebook lands in its group by its number or folder alone.
 SIDEBAR = [
-    ('Core',      r'^(0[0146-9]|1\d|99)_'),  # ground helpers, the callback machinery, `aisaac.all`
-    ('Training',  r'^((0[235]|2\d)_|\d+_learner)'),  # models, the run history, the `Trainer`, checkpoints, miniai's `Learner`
+    ('Kernel',    r'^core/'),                   # the tiny trainer: its events, phases and loop
+    ('Layers',    r'^(1\d|2\d)_|\d+_learner'),     # the machinery's layers (1x), the trainer's (2x), the two assemblies, miniai's `Learner`
+    ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
     ('Data',      r'^3\d_'),
     ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
     ('Tutorials', r'^tutorials/'),
