@@ -146,3 +146,25 @@ def test_plan_says_why(tmp_path):
     assert [r[0] for r in rows] == ['Note', 'Note_1', 'Late', 'Note_2']
     assert rows[1:] == [('Note_1', 5, 'same order: added later'), ('Late', 9, 'order 5 < 9'), ('Note_2', 1, 'Note.run_after Late')]
     assert 'why here' in repr(t.plan()) and '| event |' in t.plan()._repr_markdown_()
+
+def test_the_needs_of_a_plan_print_as_their_own_table_and_say_when_there_are_none():
+    "`trainer.plan().needs` printed (it raised IndexError: a summary of four columns over rows of three) and empty"
+    b = [(torch.randn(4, 2), torch.randn(4, 1))]
+    t = Trainer(SimpleNamespace(train=b, valid=b), nn.MSELoss(), torch.optim.SGD, nn.Linear(2, 1), callbacks=[BasicTrainCB(), MetricsCB()])
+    needs = t.plan().needs
+    lines = repr(needs).splitlines()
+    assert lines[0].split() == ['callback', 'needs', 'provided', 'by'] and any('MetricsCB' in l and 'loss' in l for l in lines[1:])
+    assert needs._repr_markdown_().startswith('| callback | needs | provided by |')
+    t.remove_callbacks(t.MetricsCB)
+    assert repr(t.plan().needs) == '(no callback declares a need)' and 'provided by' not in repr(t.plan())
+
+def test_show_training_loop_prints_the_loop_with_the_callbacks_at_each_event(capsys):
+    b = [(torch.randn(4, 2), torch.randn(4, 1))]
+    t = Trainer(SimpleNamespace(train=b, valid=b), nn.MSELoss(), torch.optim.SGD, nn.Linear(2, 1), callbacks=[BasicTrainCB(), MetricsCB()])
+    t.show_training_loop()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'fit:' and any(l.strip().startswith('for each batch:') for l in out)
+    rows = {l.split()[0]: l.split()[1:] for l in out if l.startswith(' ') and len(l.split()) >= 2 and not l.rstrip().endswith(':')}
+    assert rows['predict'] == ['BasicTrainCB'] and rows['step'] == ['BasicTrainCB']
+    assert 'MetricsCB' in ' '.join(rows['after_batch']) and rows['before_zero_grad'] == ['-']
+    assert sum(l.split()[0] == 'predict' for l in out if l.startswith(' ')) == 2  # in the training and the validation pass

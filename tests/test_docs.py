@@ -18,12 +18,12 @@ def test_every_export_is_documented():
 def test_the_walk_sees_what_it_must():
     "The walk finds methods, properties and patched methods, and the site entries come from the notebooks"
     names = {q for q, *_ in dc.exports()}
-    assert {'Trainer', 'Trainer.fit', 'Trainer.training', 'CallbackMixin.run_callbacks', 'CallbackMixin.summarize_callbacks',
+    assert {'Trainer', 'Trainer.fit', 'Trainer.training', 'CallbackMixin.run_callbacks', 'Overview.summarize_callbacks',
             'DataLoaders.from_dataset_dict', 'BasicTrainCB.predict'} <= names
     assert 'torch' not in names and 'MulticlassAccuracy' not in names  # re-exports are not ours
     shown, where = dc.site_entries()
-    assert {'Trainer', 'CallbackMixin.summarize_callbacks', 'DataLoaders.from_dataset_dict', 'Trainer.fit'} <= shown
-    assert where['Trainer'] == 'nbs/20_trainer.ipynb' and where['MetricsCB'] == 'nbs/callbacks/41_metrics.ipynb'
+    assert {'Trainer', 'Overview.summarize_callbacks', 'DataLoaders.from_dataset_dict', 'Trainer.fit'} <= shown
+    assert where['Trainer'] == 'nbs/27_trainer.ipynb' and where['MetricsCB'] == 'nbs/callbacks/41_metrics.ipynb'
 
 def test_a_gap_is_reported(monkeypatch):
     "A missing docstring, an undocumented parameter and a missing show_doc are each named, with the notebook"
@@ -32,7 +32,7 @@ def test_a_gap_is_reported(monkeypatch):
     shiny.__module__ = 'aisaac.trainer'  # as if the notebook had defined it in the class
     monkeypatch.setattr(tr.Trainer, 'shiny', shiny, raising=False)
     bad = [(nb, what) for nb, q, what, _ in dc.problems() if q == 'Trainer.shiny']
-    assert bad == [('nbs/20_trainer.ipynb', 'docstring'), ('nbs/20_trainer.ipynb', 'params'), ('nbs/20_trainer.ipynb', 'entry')]
+    assert bad == [('nbs/27_trainer.ipynb', 'docstring'), ('nbs/27_trainer.ipynb', 'params'), ('nbs/27_trainer.ipynb', 'entry')]
     # a callback hook's `trainer` needs no docment, its other parameters do
     from aisaac.callbacks.train import DeviceCB
     def after_loss(self, trainer, scale): "Scale"
