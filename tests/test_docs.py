@@ -61,3 +61,26 @@ def test_a_notebook_saved_without_outputs_is_reported(tmp_path, monkeypatch):
     nb['cells'].pop()
     (tmp_path/'x.ipynb').write_text(json.dumps(nb))
     assert docs_site.check_saved_outputs('x.ipynb') == []
+
+def _sections(nb_path):
+    "The `### ` sections of a notebook's markdown, as {heading: text}"
+    md = '\n\n'.join(''.join(c['source']) for c in json.loads(nb_path.read_text())['cells'] if c['cell_type'] == 'markdown')
+    return {s.split('\n', 1)[0]: s for s in md.split('\n### ')[1:]}
+
+def test_aisaac_guide_says_there_is_no_trainer_batches_and_what_to_use():
+    "The AIsaac guide's differences: AIsaac's `trainer.batches` is not offered, and what replaces it"
+    from tiny import make_trainer
+    secs = [s for s in _sections(ROOT/'nbs'/'guides'/'coming_from_aisaac.ipynb').values() if '`trainer.batches`' in s.split('\n', 1)[0]]
+    assert len(secs) == 1, 'no section on `trainer.batches` in the list of differences'
+    for name in ('`trainer.batch_num`', '`len(trainer.dl)`', '`trainer.clock`'): assert name in secs[0], name
+    assert not hasattr(make_trainer(), 'batches')  # what the guide says
+
+def test_aisaac_guide_names_onebatchcbs_rows_in_summarize_callbacks():
+    "The AIsaac guide's section on `summarize_callbacks` names each event at which `OneBatchCB` has a row"
+    from tiny import make_trainer
+    from aisaac.callbacks.train import OneBatchCB
+    t = make_trainer([OneBatchCB()])
+    events = [ev for ev, cb, *_ in t.summarize_callbacks() if cb == 'OneBatchCB']
+    assert len(events) > 1  # more than AIsaac's single `after_batch` row
+    sec = _sections(ROOT/'nbs'/'guides'/'coming_from_aisaac.ipynb')['`summarize_callbacks` returns a table of its own']
+    assert 'OneBatchCB' in sec and all(f'`{ev}`' in sec for ev in events), events

@@ -148,6 +148,20 @@ def test_plots_have_one_panel_per_hooked_module_with_titles_and_labels():
     plt.close(fig)
 
 
+def test_plots_have_aisaacs_sizes_and_panel_titles():
+    "AIsaac's figure sizes: color_dim 11x6, dead_chart 11x5, plot_stats 10x4; the stats panels titled 'Means' and 'Stdevs'"
+    stats = ActivationStatsCB(risinstance(nn.Conv2d))
+    conv_trainer(stats).fit(1, lr=0.01)
+    for plot, size in ((stats.color_dim, (11, 6)), (stats.dead_chart, (11, 5)), (stats.plot_stats, (10, 4))):
+        plot()
+        fig = plt.gcf()
+        assert tuple(fig.get_size_inches()) == size, plot.__name__
+        if plot == stats.plot_stats:
+            assert [ax.get_title() for ax in fig.axes] == ['Means', 'Stdevs']
+            assert [ax.get_ylabel() for ax in fig.axes] == ['mean', 'standard deviation']
+        plt.close(fig)
+
+
 def test_corecbs_keeps_activation_stats_and_rejects_what_is_not_a_metric():
     from torcheval.metrics import MulticlassAccuracy
     from aisaac.groups import CoreCBs

@@ -135,8 +135,19 @@ def test_plot_marks_the_suggestion_and_labels_the_axes():
     t = make()
     f = t.lr_find(start_lr=1e-5, plot=False)
     ax = f.plot()
-    assert ax.get_xscale() == 'log' and 'learning rate' in ax.get_xlabel() and ax.get_ylabel() == 'loss'
+    assert ax.get_xscale() == 'log' and 'learning rate' in ax.get_xlabel().lower() and ax.get_ylabel() == 'loss'
     assert any('steepest descent' in tx.get_text() for tx in ax.get_legend().get_texts())
+
+def test_plot_has_aisaacs_title_x_label_and_size():
+    "AIsaac's LR finder plot: 'Learning Rate Finder', x axis 'Learning Rate' (log scale), a 12x4 inch figure"
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    f = make().lr_find(start_lr=1e-5, plot=False)
+    ax = f.plot()
+    try:
+        assert (ax.get_title(), ax.get_xlabel(), ax.get_xscale()) == ('Learning Rate Finder', 'Learning Rate', 'log')
+        assert tuple(ax.figure.get_size_inches()) == (12, 4)
+    finally: plt.close(ax.figure)
 
 def test_miniai_and_aisaac_arguments():
     assert LRFinderCB(gamma=1.1).lr_mult == 1.1 and LRFinderCB(1.2).lr_mult == 1.2 and LRFinderCB().lr_mult == 1.3

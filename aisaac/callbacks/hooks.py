@@ -133,7 +133,7 @@ class ActivationStatsCB(HooksCallback):
         if not hooks: raise ValueError("No activation statistics yet: fit with this callback first (they are kept on training batches)")
         return hooks
 
-    def color_dim(self, figsize:tuple=(11, 5)): # size of the figure, in inches
+    def color_dim(self, figsize:tuple=(11, 6)): # size of the figure, in inches
         "Plot the histogram of the activations of each hooked module, batch by batch (log scale of the counts)"
         hooks = self._hooks()
         fig, axs = get_grid(len(hooks), figsize=figsize)
@@ -158,8 +158,8 @@ class ActivationStatsCB(HooksCallback):
         colors = plt.cm.tab20.colors if len(hooks) > 10 else plt.cm.tab10.colors
         for i, h in enumerate(hooks):
             for ax, series in zip(axs, h.stats[:2]): ax.plot(_read(series).numpy(), color=colors[i % len(colors)], label=h.name)
-        for ax, what in zip(axs, ('Means', 'Standard deviations')):
-            ax.set_title(what); ax.set_xlabel('training batch'); ax.set_ylabel(what.lower()[:-1])
+        for ax, title, ylabel in zip(axs, ('Means', 'Stdevs'), ('mean', 'standard deviation')):  # AIsaac's panel titles
+            ax.set_title(title); ax.set_xlabel('training batch'); ax.set_ylabel(ylabel)
         fig.legend(*axs[0].get_legend_handles_labels(), loc='outside right center', fontsize=8, title='module')
 
 ActivationStats = ActivationStatsCB  # miniai's name

@@ -130,12 +130,12 @@ class LRFinderCB(Callback):
     def plot(self):
         "The loss against the LR on a log axis, smoothed, with the suggested LR marked"
         lrs, losses, smooth = self.curve
-        fig, ax = plt.subplots(figsize=(6, 3.5), layout='constrained')  # the axis labels stay inside the figure when saved
+        fig, ax = plt.subplots(figsize=(12, 4), layout='constrained')  # AIsaac's size; the axis labels stay inside the figure when saved
         ax.plot(lrs, losses, color='C0', alpha=0.35, label='training loss')
         ax.plot(lrs, smooth, color='C0', label='smoothed (5 points)')
         if (lr := self.suggestion) is not None:
             ax.plot(lr, np.interp(np.log(lr), np.log(lrs), smooth), 'o', color='C3', label=f'suggestion {lr:.1e} (steepest descent)')
-        ax.set(xscale='log', xlabel='learning rate (log scale)', ylabel='loss', title='LR finder',
+        ax.set(xscale='log', xlabel='Learning Rate', ylabel='loss', title='Learning Rate Finder',  # AIsaac's title and x label
                ylim=(None, min(losses.max(), max(losses[0], self.max_mult * smooth.min())) * 1.05))
         ax.legend()
         return ax
