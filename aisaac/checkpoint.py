@@ -247,7 +247,7 @@ class Checkpoints:
 
     def start_fit(self, resume_from=None, # read by `check_fit`
                   **args): # the rest of `fit`'s arguments
-        "Every fit gets the `_FitTracker` (the same one each time), which knows where the fit is and resumes the checkpoint"
+        "Every fit gets the callback that knows where the fit is and resumes the checkpoint (the same one each time)"
         tracker = self.__dict__.get('_fit_tracker') or _FitTracker()  # the same one every fit: the plans of the fit are kept
         self._fit_tracker, tracker.state, tracker.stream_at, self._resume = tracker, self._resume, None, None
         self.fit_callbacks += self.add_callbacks(tracker)
