@@ -8,6 +8,8 @@ Docs: https://aisaac-dev.github.io/aisaac/compat.html.md"""
 __all__ = ['foreign_hooks', 'foreign_steps', 'arctic_event', 'runs_on', 'OtherNames']
 
 # %% ../nbs/10_compat.ipynb #5bf7e06f
+from .core.callback import setting
+
 def _foreign(names, event): return dict.fromkeys(names.split(), event)
 
 _tr, _va = ' (in training: `trainer.training` is True)', ' (in validation: `trainer.training` is False)'
@@ -46,7 +48,7 @@ def arctic_event(name:str): # an event's name, maybe in ArcticTraining's spellin
 
 def runs_on(cb): # a callback
     "Where `cb` runs in a distributed run: its `runs_on`, or 'main' for the older `main_process_only = True`"
-    return 'main' if getattr(cb, 'main_process_only', False) is True else getattr(cb, 'runs_on', 'all')
+    return 'main' if getattr(cb, 'main_process_only', False) is True else setting(cb, 'runs_on')
 
 class OtherNames:
     "A `Trainer` layer: other libraries' hook and step names, refused with the event to use (`aisaac.guards` reads them), and older names"

@@ -9,7 +9,7 @@ __all__ = ['relations', 'resolve_order', 'provided', 'needed', 'owner_provides',
 
 # %% ../nbs/15_depends.ipynb #292cf47f
 import fnmatch, heapq
-from .core.callback import Callback
+from .core.callback import Callback, setting
 
 # %% ../nbs/15_depends.ipynb #9f9624a5
 def _refs(cb, attr):
@@ -81,12 +81,12 @@ def _names(v, what):
 
 def provided(cb): # a callback
     "What `cb` says it provides (names or glob patterns); `None` when it does not say (a callback from outside aisaac)"
-    v = _names(getattr(cb, 'provides', None), f'{type(cb).__name__}.provides')
+    v = _names(setting(cb, 'provides'), f'{type(cb).__name__}.provides')
     return () if v is None and _ours(cb) else v
 
 def needed(cb): # a callback
     "What `cb` says it needs: names of trainer attributes or history metrics"
-    return _names(getattr(cb, 'needs', None), f'{type(cb).__name__}.needs') or ()
+    return _names(setting(cb, 'needs'), f'{type(cb).__name__}.needs') or ()
 
 def _provides_name(provides, name): return any(fnmatch.fnmatchcase(name, p) for p in provides)
 

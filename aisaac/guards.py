@@ -10,7 +10,7 @@ __all__ = ['closest', 'class_events', 'check_callback', 'CallbackGuards', 'Train
 # %% ../nbs/16_guards.ipynb #2ee54bbd
 import collections.abc, difflib, inspect, math, numbers, warnings
 import torch
-from .core.callback import Callback, CancelException, CancelBatchException, CancelEpochException, CancelBackwardException, CancelStepException
+from .core.callback import Callback, CancelException, CancelBatchException, CancelEpochException, CancelBackwardException, CancelStepException, setting
 from .core.dispatch import CallbackMixin, listify
 from .core import trainer as kernel
 from .depends import _subclasses
@@ -41,7 +41,7 @@ def _check_hooks(cb, known, foreign):
             raise TypeError(f"{cls}.{name} must be a generator that yields once (`...set up...; yield; ...tear down...`), "
                             f"or it cannot wrap the phase")
     if not known or callable(getattr(cb, 'run_event', None)): return
-    known = known | set(getattr(cb, 'custom_events', ()))
+    known = known | set(setting(cb, 'custom_events'))
     for name in dir(type(cb)):
         if name.startswith('_') or name in known or name in _not_hooks or not callable(getattr(cb, name, None)): continue
         if name in foreign:
@@ -62,9 +62,9 @@ def check_callback(cb, # a callback
     if isinstance(cb, (list, tuple, set, frozenset, collections.abc.Mapping, collections.abc.Iterator)):
         raise TypeError(f"A {type(cb).__name__} among the callbacks is no callback: pass one flat list (e.g. `[*these, *those]`), "
                         f"or make a group, an object whose `callbacks` attribute lists its members")
-    if (policy := getattr(cb, 'on_error', 'raise')) not in ('raise', 'warn', 'ignore'):
+    if (policy := setting(cb, 'on_error')) not in ('raise', 'warn', 'ignore'):
         raise ValueError(f"{type(cb).__name__}.on_error is {policy!r}, which is no error policy: use 'raise' (the default), 'warn' or 'ignore'")
-    if (role := getattr(cb, 'runs_on', 'all')) not in ('all', 'main', 'collective'):
+    if (role := setting(cb, 'runs_on')) not in ('all', 'main', 'collective'):
         raise ValueError(f"{type(cb).__name__}.runs_on is {role!r}: use 'all' (every process, the default), 'main' (the main process only) "
                          f"or 'collective' (every process, at the same point)")
     if role == 'collective' and policy != 'raise':
@@ -76,7 +76,7 @@ def check_callback(cb, # a callback
 
 def _members(cb):
     "The members of the group `cb` (its `callbacks`), as a list; refused when they have no order or would be used up"
-    ms = getattr(cb, 'callbacks', None)
+    ms = setting(cb, 'callbacks')
     if isinstance(ms, collections.abc.Iterator):  # a generator would be used up by adding the group, and removing it would find no members
         raise TypeError(f"{type(cb).__name__}.callbacks is a one-shot iterator: make it a list, e.g. `self.callbacks = [...]`")
     return _ordered(ms, f'{type(cb).__name__}.callbacks')
@@ -230,7 +230,7 @@ class TrainerGuards:
         cls = type(self)
         if not train or cls.one_batch is not kernel.Trainer.one_batch or cls._batches is not kernel.Trainer._batches: return  # its own loop
         for event in ('backward', 'step'):
-            names = [self.name_of(cb) for cb, f, _, _ in self.dispatch(event) if _own(cb, f) or getattr(cb, 'core', False)]
+            names = [self.name_of(cb) for cb, f, _, _ in self.dispatch(event) if _own(cb, f) or setting(cb, 'core')]
             if len(names) > 1:  # (a callback that only watches is no core one)
                 raise RuntimeError(f"`{event}` has {len(names)} handlers ({', '.join(f'{n}.{event}' for n in names)}), so each batch would "
                                    f"{_steps_do[event][1]}: keep one (to change one step of BasicTrainCB, subclass it and override that method)")

@@ -11,7 +11,7 @@ __all__ = ['run_cbs', 'HasTrainerCB', 'HasLearnCB', 'Learner', 'TrainLearner', '
 import torch
 import torch.nn.functional as F
 from .utils import to_cpu
-from .core.callback import Callback
+from .core.callback import Callback, setting
 from .trainer import Trainer
 
 # %% ../nbs/32_learner.ipynb #1d2020f4
@@ -19,7 +19,7 @@ def run_cbs(cbs, # callbacks, in any order
             method_nm:str, # the method to call on each callback that has one
             learn=None): # what each method gets as its argument
     "miniai's `run_cbs`: call `method_nm` of each of `cbs` that has it, in `order`, with `learn`"
-    for cb in sorted(cbs, key=lambda cb: getattr(cb, 'order', 0)):
+    for cb in sorted(cbs, key=lambda cb: setting(cb, 'order')):
         f = getattr(cb, method_nm, None)
         if callable(f): f(learn)
 

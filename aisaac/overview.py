@@ -9,6 +9,7 @@ __all__ = ['CallbackSummary', 'CallbackPlan', 'Overview', 'view_source_code']
 
 # %% ../nbs/18_overview.ipynb #ebdd79ea
 import inspect
+from .core.callback import setting
 from .depends import relations, need_report
 
 # %% ../nbs/18_overview.ipynb #09310e0b
@@ -69,7 +70,7 @@ class Overview:
         known = [e for c in reversed(type(self).__mro__) for e in vars(c).get('events', ())]
         known = list(dict.fromkeys(known))
         return known + sorted({n for cb in self.cbs for n in dir(cb) if not n.startswith('_') and n not in known
-                               and (n.startswith(('before_', 'after_', 'cleanup_')) or n in getattr(cb, 'custom_events', ()))})
+                               and (n.startswith(('before_', 'after_', 'cleanup_')) or n in setting(cb, 'custom_events'))})
 
     def _shown(self, event):
         "The handlers of `event` a reader should see: the callbacks', the class's declared ones and its own steps (not its hidden)"
@@ -79,7 +80,7 @@ class Overview:
         "A table of every event that has handlers, in the order the loop fires them, with the callbacks that run, in their order"
         res = CallbackSummary()
         for event in self._events():  # the class's own handlers (declared callbacks, a subclass's steps) show with no order
-            res += [(event, self.name_of(cb), '' if cb is None else getattr(cb, 'order', 0), _doc(getattr(f, 'func', f), cb))
+            res += [(event, self.name_of(cb), '' if cb is None else setting(cb, 'order'), _doc(getattr(f, 'func', f), cb))
                     for cb, f in self._shown(event)]
         return res
 
@@ -90,7 +91,7 @@ class Overview:
         for event in self._events():
             prev = _START
             for k, (cb, _) in enumerate(self._shown(event), 1):
-                res.append((event, k, self.name_of(cb), '' if cb is None else getattr(cb, 'order', 0), self._why(prev, cb, cbs, rels)))
+                res.append((event, k, self.name_of(cb), '' if cb is None else setting(cb, 'order'), self._why(prev, cb, cbs, rels)))
                 prev = cb
         res.needs.extend((n, need, 'nobody' if who == [] else ', '.join(who) if who else 'unverified: a callback without `provides` may')
                          for n, need, who in need_report(self, cbs, names))

@@ -11,7 +11,7 @@ __all__ = ['PreemptedException', 'ProcessFailedError', 'RanksCB', 'AgreedRanks']
 import datetime, itertools, math
 import torch
 import torch.distributed as dist
-from .core.callback import Callback, CancelEpochException, CancelException, CancelFitException
+from .core.callback import Callback, CancelEpochException, CancelException, CancelFitException, setting
 from .utils import is_main_process
 from .compat import runs_on
 
@@ -113,7 +113,7 @@ class RanksCB(Callback):
              cb=None): # the callback whose handler raised it
         "Keep `e` until the next agreement, unless it needs none; `True` if kept (then the handlers after it run on)"
         code = _stop_code(e)
-        if not code or getattr(e, '_agreed', False) or (code < 3 and getattr(cb, 'runs_on', 'all') == 'collective'): return False
+        if not code or getattr(e, '_agreed', False) or (code < 3 and setting(cb, 'runs_on') == 'collective'): return False
         if self.held is None or code > self.held[0]: self.held = (code, e)
         elif code == 3: self.held[1].add_note(f"also raised while that error was held: {type(e).__name__}: {e}")
         return True

@@ -11,7 +11,7 @@ __all__ = ['StubTrainer']
 import contextlib, difflib, io, warnings
 import torch
 from fastcore.basics import patch
-from .core.callback import CancelEpochException, CancelException, CancelFitException
+from .core.callback import CancelEpochException, CancelException, CancelFitException, setting
 from .core.dispatch import with_cbs
 from .guards import class_events, closest
 from .clock import Clock
@@ -126,7 +126,7 @@ class StubTrainer(Trainer):
 @patch
 def _arguments(self:StubTrainer, event):
     "The names of `event`'s own arguments: the trainer's (`at` for `checkpoint`), or those its handlers name (a custom event's)"
-    known = class_events(type(self)) | {e for cb in self.cbs for e in getattr(cb, 'custom_events', ())}
+    known = class_events(type(self)) | {e for cb in self.cbs for e in setting(cb, 'custom_events')}
     if event not in known:
         near = closest(event, known)
         raise ValueError(f"{event!r} is no event of the trainer or its callbacks" + (f": did you mean {near!r}?" if near else "")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import matplotlib.pyplot as plt
 from fastcore.basics import patch
-from ..core.callback import Callback, CancelEpochException, CancelFitException
+from ..core.callback import Callback, CancelEpochException, CancelFitException, setting
 from ..trainer import Trainer
 
 # %% ../../nbs/callbacks/51_lr_finder.ipynb #49ab24f6
@@ -24,7 +24,7 @@ def _runs_during_lr_find(cb):
     "Whether `cb` takes part in the sweep: its `during_lr_find`, else whether it is core or works on the batch before the step"
     keep = getattr(cb, 'during_lr_find', None)
     if keep is not None: return bool(keep)
-    return getattr(cb, 'core', False) or any(callable(getattr(cb, e, None)) for e in _batch_work)
+    return setting(cb, 'core') or any(callable(getattr(cb, e, None)) for e in _batch_work)
 
 def _rng_states():
     "The states of Python's, NumPy's, torch's and (if started) CUDA's random number generators"

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from torch.utils.flop_counter import FlopCounterMode
-from ..core.callback import Callback, CancelFitException
+from ..core.callback import Callback, CancelFitException, setting
 from ..trainer import Trainer
 from ..overview import CallbackSummary
 from .hooks import Hooks
@@ -46,7 +46,7 @@ def peek_batch(self:Trainer, train:bool=True, # from the training loader (in tra
                callbacks=None): # more callbacks for this batch only, e.g. an augmentation to try
     "The first batch of a loader as the model receives it (after the callbacks that prepare batches), without training on it"
     with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
-        preps = [cb for cb in self.cbs if self.entry(cb) is not None and not getattr(cb, 'callbacks', None)
+        preps = [cb for cb in self.cbs if self.entry(cb) is not None and not setting(cb, 'callbacks')
                  and any(callable(getattr(cb, ev, None)) for ev in _prep_events)]
         peek, was_training = _Peek(), self.model.training
         tmp = Trainer(self.dls, self.loss_func, self.opt_func, self.model, callbacks=preps + list(callbacks or []) + [peek])
