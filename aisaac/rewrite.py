@@ -9,7 +9,7 @@ __all__ = ['rewriting', 'ArgumentRewriting']
 
 # %% ../nbs/13_rewrite.ipynb #894d17b1
 import functools, inspect, weakref
-from .core.dispatch import with_cbs
+from .core.dispatch import with_cbs, _arg_names  # (the names a handler takes, as the kernel reads them)
 
 _RAN, _calls = object(), weakref.WeakKeyDictionary()  # owner -> its phases that rewrite, running
 
@@ -62,23 +62,18 @@ def _rewrites(o, ph):
     "Whether a handler of the phase `ph` of `o` names its arguments (in `before_`) or its result (in `after_`): then the phase rewrites"
     return any(getattr(f, 'rewrites', False) for e in (ph.before, ph.after) for _, f, _, _ in o.dispatch(e))
 
-def _names(f):
-    "The names `f` takes after the object, or `None` for any (`**kwargs`)"
-    ps = list(inspect.signature(f).parameters.values())[1:]
-    return None if any(p.kind is p.VAR_KEYWORD for p in ps) else {p.name for p in ps}
-
 def _takes(f, params):
     "Whether the handler `f` names one of `params` (or takes any keyword); remembered per function: plans are made at every fit"
     key = getattr(f, '__func__', f)
     if (res := (known := _taking.get(key, {})).get(params)) is None:
-        res = (names := _names(f)) is None or bool(names & set(params))
+        res = (names := _arg_names(f)) is None or bool(names & set(params))
         if inspect.isfunction(key): _taking[key] = known | {params: res}
     return res
 _taking = weakref.WeakKeyDictionary()  # function -> {arguments: whether it takes one}
 
 def _rewriter(f, params, event):
     "The handler `f` of `event`, given the arguments (or `return_value`) it names from the call, its non-`None` result replacing them"
-    names = _names(f)
+    names = _arg_names(f)
     named = [] if names is None else [p for p in params if p in names]
     def rewriter(o):
         calls = _calls.get(o)
