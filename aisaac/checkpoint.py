@@ -160,6 +160,12 @@ def _apply(trainer, state):
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
 # %% ../nbs/26_checkpoint.ipynb #2f13f145
+def _checkpoint(trainer, path):
+    "The checkpoint at `path`, read and checked by `read_checkpoint`; or `path`, checked, when it is a state `read_checkpoint` returned"
+    if not isinstance(path, dict): return trainer.read_checkpoint(path)
+    _check_format(path, 'the checkpoint')
+    return path
+
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
     _resume, steps, valid_every, fitting = None, None, None, False  # (the steps and the guards layers set the last three, when they are there)
@@ -204,8 +210,7 @@ class Checkpoints:
     def load_checkpoint(self, path, # a file written by `save_checkpoint`, or the state `read_checkpoint` returned
                         strict:bool=True): # refuse a checkpoint that holds the state of a callback this trainer lacks
         "Restore the training state saved in `path`; everything is checked first, so a bad checkpoint changes nothing"
-        state = path if isinstance(path, dict) else self.read_checkpoint(path)
-        if isinstance(path, dict): _check_format(state, 'the checkpoint')
+        state = _checkpoint(self, path)
         _check_fits(self, state, strict)
         _apply(self, state)
         return state
@@ -239,8 +244,7 @@ class Checkpoints:
         "Read the checkpoint to resume, and check that it is one and that it fits the model and the loaders, before anything changes"
         state = None
         if resume_from is not None:
-            state = resume_from if isinstance(resume_from, dict) else self.read_checkpoint(resume_from)
-            _check_format(state, resume_from if not isinstance(resume_from, dict) else 'the checkpoint')
+            state = _checkpoint(self, resume_from)  # (a file is checked once, by `read_checkpoint`)
             _check_fits(self, state, all_parts=False)
         super().check_fit(**args)
         self._resume = state
