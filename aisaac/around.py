@@ -29,14 +29,15 @@ class AroundHooks:
     def handlers(self, event:str): # an event's name
         "The handlers of `event`, with those that enter (in `before_`) or exit (in `cleanup_`) the `around_` hooks of its phase first"
         hs = super().handlers(event)
-        if event.startswith('before_'): around = 'around_' + event[7:]
-        elif event.startswith('cleanup_'): around = 'around_' + event[8:]
-        else: return hs
-        if event[0] == 'b':
+        if event.startswith('before_'):
+            around = 'around_' + event[7:]
             return [(cb, self._enter(f, cb, around), event) for cb in self.cbs if id(cb) not in self.off
                     and callable(f := getattr(cb, around, None))] + hs
-        exits = [(cb, self._exit(cb, around), event) for cb in self.cbs if callable(getattr(cb, around, None))]  # those switched off too
-        return exits[::-1] + hs
+        if event.startswith('cleanup_'):
+            around = 'around_' + event[8:]
+            exits = [(cb, self._exit(cb, around), event) for cb in self.cbs if callable(getattr(cb, around, None))]  # those switched off too
+            return exits[::-1] + hs
+        return hs
 
     def _enter(self, f, cb, around):
         "The handler that starts `cb`'s `around` generator and keeps it until the phase's cleanup"
