@@ -416,20 +416,6 @@ def test_callback_classes_named_like_runtime_attributes_are_refused(name):
     with pytest.raises(ValueError) as info: make_trainer([cb])
     assert f'`trainer.{name}`' in str(info.value) and 'rename the class, e.g.' in str(info.value)
 
-def test_with_cbs_on_an_object_with_only_run_callbacks():
-    class Seed:  # AIsaac's tutorial: a trainer of one's own, with a `run_callbacks` method
-        def __init__(self): self.log = []
-        def run_callbacks(self, name): self.log.append(name)
-        @with_cbs('batch', CancelBatchException)
-        def one_batch(self, cancel=False):
-            if cancel: raise CancelBatchException()
-            return 'done'
-    s = Seed()
-    assert s.one_batch() == 'done' and s.one_batch(cancel=True) is None
-    assert s.log == ['before_batch', 'after_batch', 'cleanup_batch', 'before_batch', 'cleanup_batch']
-    with pytest.raises(TypeError, match='needs an object with a `run_callbacks\\(event\\)` method.*subclass `CallbackMixin`'):
-        with_cbs('x')(lambda self: None)(object())
-
 
 # ---------------------------------------------------------------- 7. a trainer subclass with its own steps
 

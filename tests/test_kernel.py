@@ -129,6 +129,8 @@ def kernel_with_cbs_runs_on_any_object_with_run_callbacks(Mixin, Trainer):
     m = Mine()
     assert m.fit() == 'done' and m.fit(stop=True) is None
     assert m.log == ['before_fit', 'after_fit', 'cleanup_fit', 'before_fit', 'cleanup_fit']
+    with pytest.raises(TypeError, match='needs an object with a `run_callbacks\\(event\\)` method.*subclass `CallbackMixin`'):
+        with_cbs('x')(lambda self: None)(object())
 
 def kernel_request_stop_ends_the_fit_after_the_epochs_checkpoint(Mixin, Trainer):
     class Stop:
