@@ -38,16 +38,18 @@ def interleaved(raw, aisaac, base, reps, per_batch=None):
         print(f"| {name:<8} |{f' {per_batch / med:8.0f} |' if tok else ''} {med*1000:8.1f} | {ratio:5.3f} | {(max(ts) - min(ts)) / med:6.1%} |")
     return times, ratios
 
-def bench_args(doc, quick_help):
-    "The command line shared by the recipe benchmarks: (repeats, batches per repeat, whether --quick)"
+def bench_args(doc, quick_help, device=False):
+    "The command line shared by the recipe benchmarks: (repeats, batches per repeat, whether --quick), and the device when `device`"
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if device: p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help="'cuda' (default where there is a GPU) or 'cpu'")
     p.add_argument('--repeats', type=int, default=5, help='repeats of each variant (default 5)')
     p.add_argument('--batches', type=int, default=40, help='training batches per repeat (default 40)')
     p.add_argument('--quick', action='store_true', help=quick_help)
     p.add_argument('--threads', type=int, default=0, help="torch.set_num_threads (default 0: torch's default, as the tutorials run)")
     args = p.parse_args()
     if args.threads: torch.set_num_threads(args.threads)
-    return (2, 8, True) if args.quick else (args.repeats, args.batches, False)
+    res = (2, 8, True) if args.quick else (args.repeats, args.batches, False)
+    return (*res, torch.device(args.device)) if device else res
 
 class Stop(Callback):
     "Cancel the fit after `n` training batches"

@@ -8,10 +8,14 @@ the smoke test), where the GPU-only variants are left out.
                overhead shows, since the GPU's work per batch is a few microseconds.
                  raw loop        zero_grad/forward/loss/backward/step written out, over the same loader
                  BasicTrainCB    Trainer with BasicTrainCB only
+                 +DeviceCB       DeviceCB and BasicTrainCB (CoreCBs less MetricsCB: where the difference goes)
                  CoreCBs         CoreCBs(progress=False, activation_stats=False): DeviceCB, BasicTrainCB, MetricsCB
                                  ("CoreCBs minus the display", as in bench/overhead.py)
                  CUDA graph      (GPU only) the whole step captured once in a `torch.cuda.CUDAGraph` and replayed per
                                  batch after copying the batch into its static inputs: the floor of any Python loop
+               then where CoreCBs' time goes: one epoch under `trainer.trace()` (each handler's CPU time per batch),
+               and (GPU) one epoch of the raw loop and of CoreCBs under `torch.profiler`: CUDA kernel launches, copies
+               and host syncs per batch
 2. recipe      the vision tutorial's recipe (bench/vision.py: ResNet in channels-last, AdamW, one cycle stepped per
                batch, random crop and flip on the device, batch 256, the fast `TensorLoader` on the CPU), `--batches`
                training batches per timing, raw loop against aisaac in each precision:
@@ -146,6 +150,7 @@ def loop_graph(model, dl, dev):
 def section_loop(dev, repeats, bs=64):
     variants = {'raw loop': loop_raw,
                 'BasicTrainCB': loop_aisaac(lambda d: [BasicTrainCB()]),
+                '+DeviceCB': loop_aisaac(lambda d: [DeviceCB(d), BasicTrainCB()]),
                 'CoreCBs': loop_aisaac(core_cbs)}
     if dev.type == 'cuda': variants['CUDA graph'] = loop_graph
     set_seed(0)
@@ -169,6 +174,33 @@ def section_loop(dev, repeats, bs=64):
     if 'CUDA graph' in ratio:
         print(f"- the raw loop is {1 / ratio['CUDA graph']:.2f}x the CUDA-graph floor, CoreCBs {ratio['CoreCBs'] / ratio['CUDA graph']:.2f}x "
               f"(how much of a batch is Python and kernel launches rather than GPU work)")
+    where_it_goes(dev, base, bs, n_batches)
+
+def where_it_goes(dev, base, bs, n_batches):
+    "CoreCBs' handlers' CPU time per batch (one traced epoch); on a GPU, kernel launches, copies and syncs per batch (torch.profiler)"
+    timer = Timer(dev)
+    t = Trainer(DataLoaders(mlp_loader(dev, bs, 0), None), nn.CrossEntropyLoss(), torch.optim.SGD, copy.deepcopy(base),
+                callbacks=[*core_cbs(dev), timer])
+    with t.trace() as tr: t.fit(1, lr=MLP_LR, valid=False)
+    per, calls = {}, {}
+    for ev, name, secs in tr.calls: per[ev, name], calls[ev, name] = per.get((ev, name), 0.) + secs, calls.get((ev, name), 0) + 1
+    per = {k: v for k, v in per.items() if calls[k] >= n_batches}  # the per-batch handlers
+    print(f"\n- CoreCBs traced (one epoch, {timer.secs / n_batches * 1e6:.1f} us/batch with the trace's own cost), CPU time per batch of each "
+          f"per-batch handler: " + ', '.join(f"{n}.{e} {s / n_batches * 1e6:.1f} us" for (e, n), s in sorted(per.items(), key=lambda kv: -kv[1]))
+          + f"; {sum(per.values()) / n_batches * 1e6:.1f} us in all")
+    if dev.type != 'cuda': return
+    from torch.profiler import profile, ProfilerActivity
+    def count(run):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof: run()
+        ev = prof.key_averages()
+        n = lambda *names: sum(e.count for e in ev if any(k in e.key for k in names)) / n_batches
+        return n('LaunchKernel'), n('Memcpy', 'Memset'), n('Synchronize', 'EventSynchronize'), n('aten::item', 'aten::_local_scalar_dense')
+    try:
+        rows = {'raw loop': count(lambda: loop_raw(copy.deepcopy(base), mlp_loader(dev, bs, 0), dev)),
+                'CoreCBs': count(lambda: loop_aisaac(core_cbs)(copy.deepcopy(base), mlp_loader(dev, bs, 0), dev))}
+    except Exception as e: print(f"- torch.profiler failed here: {e!r}"); return
+    print("\n| per batch (profiled epoch) | kernel launches | copies/memsets | syncs (the epoch's 2 end syncs spread) | .item() |\n|---|---|---|---|---|")
+    for k, (l, c, s, i) in rows.items(): print(f"| {k} | {l:.2f} | {c:.2f} | {s:.3f} | {i:.3f} |")
 
 # --- 2. the vision recipe in each precision ---------------------------------------------------------------------------
 

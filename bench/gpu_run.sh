@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Everything aisaac checks on a GPU, in one command (bench/README.md, "On a GPU"), for the `device` tool's machine:
+#   run `bash bench/gpu_prep.sh` here first, then on the GPU machine, with `carry: [".gpu"]`:  bash bench/gpu_run.sh
+# Steps, each with its own time limit so that one slow step cannot eat the others' time (seconds, overridable):
+#   1. the cuda-marked tests (tests/test_cuda.py, tests/test_monitors.py), 4 pytest workers   T_TESTS=200
+#   2. bench/lm.py on the GPU: the language-model recipe, bf16, 200 steps, against the hand-written loop   T_LM=60
+#   3. bench/gpu.py: the loop's per-batch cost, the vision recipe per precision, the data paths   T_BENCH=200
+# Outputs (in $OUT when the device tool runs it, else ./out/gpu): cuda_tests.txt and .xml, lm_bench.txt, gpu_bench.txt.
+# STEPS="tests lm bench" picks steps; EXTRA_PYTEST adds pytest arguments (e.g. `-k vision`).
+set -u
+cd "$(dirname "$0")/.."
+out="${OUT:-out/gpu}"; mkdir -p "$out"
+steps="${STEPS:-tests lm bench}"
+t0=$(date +%s)
+stamp() { echo "# --- $1 at +$(( $(date +%s) - t0 )) s"; }
+
+if [ -d .gpu/whl ] && ! python3 -c "import fastcore, torcheval, fastprogress" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+[ -d .gpu/fashion-mnist ] && export AISAAC_DATA="$PWD/.gpu/fashion-mnist"
+[ -d .gpu/fortunes ] && export AISAAC_TEXT="$PWD/.gpu/fortunes"
+nvidia-smi -L
+python3 - <<'EOF' 2>&1 | tee "$out/env.txt"
+import importlib, platform, torch
+print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA', torch.version.cuda, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')
+for m in ('numpy', 'pyarrow', 'fsspec', 'datasets', 'huggingface_hub', 'tokenizers', 'accelerate', 'fastcore', 'torcheval', 'fastprogress'):
+    try: print(f'{m} {importlib.import_module(m).__version__}', end='; ')
+    except Exception as e: print(f'{m} FAILED {e!r}', end='; ')
+print()
+import aisaac.all; print('aisaac.all imports')
+EOF
+
+if [[ " $steps " == *" tests "* ]]; then
+  stamp tests
+  opts=""  # 4 workers and a per-test limit where the plugins are there (the GPU image has both)
+  python3 -c "import xdist" 2>/dev/null && opts="$opts -n 4"
+  python3 -c "import pytest_timeout" 2>/dev/null && opts="$opts --timeout 200"
+  timeout "${T_TESTS:-200}" python3 -m pytest -m cuda tests/test_cuda.py tests/test_monitors.py -rs -v -p no:cacheprovider \
+    $opts --durations=15 --junitxml="$out/cuda_tests.xml" ${EXTRA_PYTEST:-} >"$out/cuda_tests.txt" 2>&1
+  echo "tests exit $?"; grep -E "FAILED|ERROR|SKIP|[0-9]+ (passed|failed)" "$out/cuda_tests.txt" | tail -40
+fi
+if [[ " $steps " == *" lm "* ]]; then
+  stamp lm
+  timeout "${T_LM:-60}" python3 bench/lm.py --device cuda --batches 200 --repeats 3 >"$out/lm_bench.txt" 2>&1
+  echo "lm exit $?"; tail -8 "$out/lm_bench.txt"
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  stamp bench
+  timeout "${T_BENCH:-200}" python3 bench/gpu.py ${GPU_BENCH_ARGS:-} >"$out/gpu_bench.txt" 2>&1
+  echo "bench exit $?"; cat "$out/gpu_bench.txt"
+fi
+stamp end
