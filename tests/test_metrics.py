@@ -101,3 +101,27 @@ def test_metrics_on_dict_batches_and_batches_with_extra_items():
           callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False)])
     t.fit(2, lr=0.1)
     assert t.MetricsCB.metrics_epoch == tuples
+
+
+def test_metrics_move_to_the_models_device_before_a_pass_never_inside_a_batch():
+    "On a GPU, copying a metric's state inside a batch waits for the GPU (found by tests/test_cuda.py's sync detector on an H200): "
+    "the move happens at the start of the pass whose metrics it is, to the device of the model's parameters, once per fit"
+    from aisaac.core.callback import Callback
+    class Where(Callback):
+        order = -100
+        def before_fit(self, t): self.in_batch, self.t = False, t
+        def before_batch(self, t): self.in_batch = True
+        def cleanup_batch(self, t): self.in_batch = False
+    where, moves = Where(), []
+    class Acc(tem.MulticlassAccuracy):
+        def to(self, device, *a, **k):
+            moves.append((torch.device(device), where.in_batch, where.t.training))
+            return super().to(device, *a, **k)
+    for train_metrics, first in ((False, False), (True, True)):
+        moves.clear()
+        t = Trainer(dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2),
+                    callbacks=[BasicTrainCB(), MetricsCB(Accuracy=Acc(), train_metrics=train_metrics, show=False), where])
+        t.fit(2, lr=0.05)
+        # one move per fit (train_metrics: the training copy is moved too, with the others, before the first training pass)
+        assert moves and all(d == torch.device('cpu') and not inb for d, inb, _ in moves), moves
+        assert {tr for _, _, tr in moves} == {first} and len(moves) == (2 if train_metrics else 1), moves

@@ -54,6 +54,11 @@ class MetricsCB(Callback):
         self._reader = next((cb.targets for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reset()
 
+    def before_epoch(self, trainer):
+        "Before a pass's first batch, move the metrics to the model's device: a copy inside a batch would wait for the GPU"
+        p = next(trainer.model.parameters(), None)
+        if self.device is None and p is not None and (self.train_metrics if trainer.training else self.metrics): self._to(p.device)
+
     def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
 
     def _pass_losses(self):
