@@ -420,6 +420,23 @@ def test_accelerate_mixed_precision_on_the_gpu(mp):
     a32, a = (o.MetricsCB.metrics_epoch[-1]['acc'] for o in (t32, t))
     assert a32 > 0.85 and abs(a - a32) < 0.02, (a32, a)
 
+@cuda
+@pytest.mark.parametrize('device_cb', [False, True])
+def test_accelerate_with_aisaacs_tensor_loader_on_the_gpu(device_cb):
+    "Accelerate passes a `TensorLoader` through as it is: its CPU batches reach the GPU model (found on an H200: they did not)"
+    pytest.importorskip('accelerate')
+    from aisaac.callbacks.accel import AccelerateCB
+    seen = []
+    class Where(Callback):
+        order = 50
+        def after_predict(self, t): seen.append((t.batch[0].device.type, t.preds.device.type))
+    t = Trainer(tensor_dls(), nn.CrossEntropyLoss(), torch.optim.Adam, mlp(),
+                callbacks=[AccelerateCB(mixed_precision='no'), MetricsCB(acc=MulticlassAccuracy(), show=False), Where(),
+                           *([DeviceCB()] if device_cb else [])])
+    t.fit(2, lr=1e-2)
+    assert set(seen) == {('cuda', 'cuda')} and (t.AccelerateCB.mover is None) == device_cb
+    assert t.MetricsCB.metrics_epoch[-1]['acc'] > 0.8
+
 # ---------------------------------------------------------------------------------------------------------------------
 # memory and speed monitors
 

@@ -34,7 +34,7 @@ class AccelerateCB(BasicTrainCB):
             if 'already been initialized' not in str(e): raise
             accelerate.state.AcceleratorState._reset_state(reset_partial_state=False)
             self.acc = accelerate.Accelerator(mixed_precision=mixed_precision, **accelerator_kwargs)
-        self.main_only, self.originals = tuple(main_only), None
+        self.main_only, self.originals, self.mover = tuple(main_only), None, None
 
     def around_fit(self, trainer):
         "On the processes but the main one, switch off for the fit the callbacks named in `main_only`, before any of them runs"
@@ -56,6 +56,12 @@ class AccelerateCB(BasicTrainCB):
         trainer.model, trainer.opt, dls.train, dls.valid = acc.prepare(trainer.model, trainer.opt, dls.train, dls.valid)
         for cb in trainer.cbs:
             if isinstance(cb, DeviceCB): cb.device = acc.device  # this process's device
+        loose = not all(isinstance(dl, torch.utils.data.DataLoader) for dl in (dls.train, dls.valid) if dl is not None)
+        self.mover = DeviceCB(acc.device) if loose and not any(isinstance(cb, DeviceCB) for cb in trainer.cbs) else None
+
+    def before_batch(self, trainer):
+        "Move the batch to the process's device when its loader is not one Accelerate prepared and no `DeviceCB` does it"
+        if self.mover is not None: self.mover.before_batch(trainer)
 
     def before_validate(self, trainer):
         "Give every process the main process's buffers (batch norm statistics), so that all evaluate the same model"
