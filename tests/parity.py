@@ -40,7 +40,7 @@ def n_axes(fig=None):
     return sum(1 for ax in fig.axes if ax.axison or ax.images or ax.lines)
 
 def params(model): return [p.detach().clone() for p in model.parameters()]
-def same(a, b): return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+def same(a, b): return len(a) == len(b) and all(torch.equal(x.cpu(), y.cpu()) for x, y in zip(a, b))  # a trainer may have moved one to the GPU
 
 @pytest.fixture(autouse=True, scope='module')
 def one_thread():

@@ -1,6 +1,6 @@
 """AccelerateCB on 2 CPU processes (torchrun, gloo) on a Fashion-MNIST sample: the same weights and buffers on both, the
 validation metric of a single process's evaluation, and one process only writing checkpoints and logs."""
-import subprocess, sys
+import os, subprocess, sys
 from pathlib import Path
 import pytest
 import torch
@@ -11,11 +11,16 @@ from accel_run import data, make_model
 
 HERE = Path(__file__).parent
 
+def cpu_env(n_procs=2):
+    "The processes' environment: these are CPU tests (gloo); with fewer GPUs than processes, the GPU is hidden from them "
+    "(on one GPU, Accelerate would take NCCL, and NCCL refuses two processes on one device)"
+    return {**os.environ, 'CUDA_VISIBLE_DEVICES': ''} if torch.cuda.device_count() < n_procs else None
+
 def launch(out, n_procs, n_train=1024, n_valid=200, epochs=2):
     "Run tests/accel_run.py on `n_procs` CPU processes; returns each process's result"
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n_procs),
            str(HERE/'accel_run.py'), str(out), str(n_train), str(n_valid), str(epochs)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=cpu_env(n_procs))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return [torch.load(out/f'result_{r}.pt', weights_only=True) for r in range(n_procs)]
 
@@ -69,7 +74,7 @@ def test_a_language_model_on_dict_batches_validates_every_token_once(tmp_path):
     import math
     import accel_lm_run as lm
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(HERE/'accel_lm_run.py'), str(tmp_path)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=cpu_env())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     r0, r1 = (torch.load(tmp_path/f'result_{r}.pt', weights_only=True) for r in range(2))
     for k in r0['state']: assert torch.equal(r0['state'][k], r1['state'][k]), k

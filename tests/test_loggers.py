@@ -190,6 +190,7 @@ def test_tensorboard_event_files_read_back_with_the_same_values(tmp_path):
 
 # ---------------------------------------------------------------- MLflow
 def test_mlflow_run_reads_back_with_the_same_values(tmp_path, monkeypatch):
+    pytest.importorskip('mlflow')
     from mlflow.tracking import MlflowClient
     monkeypatch.delenv('MLFLOW_TRACKING_URI', raising=False)
     assert MLflowLogger().tracking_uri == 'sqlite:///mlruns.db'

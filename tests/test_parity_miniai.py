@@ -530,9 +530,10 @@ def test_augment_c31_c32_show_image_batch():
     assert xb.shape == (256, 1, 28, 28) and torch.equal(xb, learn.peek_batch()[0])  # flipped by augcb, as shown
 
 def test_augment_c39_c44_capture_preds_tta():
+    set_seed(42)  # unseeded, one epoch of 4 batches ended at 0.22 to 0.52 accuracy (0.22 on an H200): 3 epochs, seeded, 0.56-0.63 on a CPU
     dls = fast_dls(transformi, 256, 1000, 500)
     learn = TrainLearner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[DeviceCB()], opt_func=optim.AdamW)
-    learn.fit(1)
+    learn.fit(3)
     ap1, at = learn.capture_preds()
     ttacb = BatchTransformCB(partial(tfm_batch, tfm_x=lambda x: x.flip(-1)), on_val=True)
     ap2, at2, inps = learn.capture_preds(cbs=[ttacb], inps=True)

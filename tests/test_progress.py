@@ -57,6 +57,7 @@ def test_plot_has_one_point_per_training_batch_and_valid_points_at_epoch_ends():
 
 def test_live_graph_in_a_notebook_is_redrawn_with_every_point(monkeypatch, capsys):
     "Pretend to be in a notebook: the graph is displayed once, then updated, and ends with every batch's point"
+    pytest.importorskip('IPython')
     import IPython.display
     shown = []
     class Handle:
