@@ -11,6 +11,8 @@ the smoke test), where the GPU-only variants are left out.
                  +DeviceCB       DeviceCB and BasicTrainCB (CoreCBs less MetricsCB: where the difference goes)
                  CoreCBs         CoreCBs(progress=False, activation_stats=False): DeviceCB, BasicTrainCB, MetricsCB
                                  ("CoreCBs minus the display", as in bench/overhead.py)
+                 +CompileCB      (GPU only) CoreCBs and `CompileCB(mode='reduce-overhead')`: inductor's CUDA graphs for the
+                                 forward and backward (one model kept across repeats, compiled once, in the warm-up)
                  CUDA graph      (GPU only) the whole step captured once in a `torch.cuda.CUDAGraph` and replayed per
                                  batch after copying the batch into its static inputs: the floor of any Python loop
                then where CoreCBs' time goes: one epoch under `trainer.trace()` (each handler's CPU time per batch),
@@ -126,6 +128,14 @@ def loop_aisaac(cbs):
         return timer.secs
     return run
 
+def loop_compiled():
+    "CoreCBs with `CompileCB(mode='reduce-overhead')`, on one model compiled once (a fresh copy per repeat would compile again)"
+    state = {}
+    def run(model, dl, dev):
+        if not state: state.update(model=model, cb=CompileCB(mode='reduce-overhead'))
+        return loop_aisaac(lambda d: [*core_cbs(d), state['cb']])(state['model'], dl, dev)
+    return run
+
 def loop_graph(model, dl, dev):
     "The step captured in a CUDA graph (PyTorch's whole-network capture recipe); per batch: copy into static inputs, replay"
     opt, lf = torch.optim.SGD(model.parameters(), lr=MLP_LR), nn.CrossEntropyLoss()
@@ -152,7 +162,7 @@ def section_loop(dev, repeats, bs=64):
                 'BasicTrainCB': loop_aisaac(lambda d: [BasicTrainCB()]),
                 '+DeviceCB': loop_aisaac(lambda d: [DeviceCB(d), BasicTrainCB()]),
                 'CoreCBs': loop_aisaac(core_cbs)}
-    if dev.type == 'cuda': variants['CUDA graph'] = loop_graph
+    if dev.type == 'cuda': variants |= {'+CompileCB': loop_compiled(), 'CUDA graph': loop_graph}
     set_seed(0)
     base = mlp().to(dev)
     n_batches = len(mlp_loader(dev, bs, 0))
@@ -173,7 +183,8 @@ def section_loop(dev, repeats, bs=64):
           f"{ratio['CoreCBs']:.3f}x -> {'MET' if ratio['CoreCBs'] <= 1.05 else 'MISSED'}")
     if 'CUDA graph' in ratio:
         print(f"- the raw loop is {1 / ratio['CUDA graph']:.2f}x the CUDA-graph floor, CoreCBs {ratio['CoreCBs'] / ratio['CUDA graph']:.2f}x "
-              f"(how much of a batch is Python and kernel launches rather than GPU work)")
+              f"(how much of a batch is Python and kernel launches rather than GPU work); CoreCBs with "
+              f"CompileCB(mode='reduce-overhead') {ratio['+CompileCB'] / ratio['CUDA graph']:.2f}x")
     where_it_goes(dev, base, bs, n_batches)
 
 def where_it_goes(dev, base, bs, n_batches):

@@ -5,7 +5,9 @@
 #   1. the cuda-marked tests (tests/test_cuda.py, tests/test_monitors.py), 4 pytest workers   T_TESTS=200
 #   2. bench/lm.py on the GPU: the language-model recipe, bf16, 200 steps, against the hand-written loop   T_LM=60
 #   3. bench/gpu.py: the loop's per-batch cost, the vision recipe per precision, the data paths   T_BENCH=200
-# Outputs (in $OUT when the device tool runs it, else ./out/gpu): cuda_tests.txt and .xml, lm_bench.txt, gpu_bench.txt.
+#   4. (only when named in STEPS) the whole suite, where the default device is the GPU, 8 workers   T_SUITE=200
+#      (not the docs', notebooks' and layout tests: nbdev and Jupyter are not on the GPU image)
+# Outputs (in $OUT when the device tool runs it, else ./out/gpu): cuda_tests.txt and .xml, lm_bench.txt, gpu_bench.txt, suite.txt.
 # STEPS="tests lm bench" picks steps; EXTRA_PYTEST adds pytest arguments (e.g. `-k vision`).
 set -u
 cd "$(dirname "$0")/.."
@@ -50,5 +52,12 @@ if [[ " $steps " == *" bench "* ]]; then
   stamp bench
   timeout "${T_BENCH:-200}" python3 bench/gpu.py ${GPU_BENCH_ARGS:-} >"$out/gpu_bench.txt" 2>&1
   echo "bench exit $?"; cat "$out/gpu_bench.txt"
+fi
+if [[ " $steps " == *" suite "* ]]; then
+  stamp suite
+  opts=""; python3 -c "import xdist" 2>/dev/null && opts="-n 8"
+  timeout "${T_SUITE:-200}" python3 -m pytest tests -q -p no:cacheprovider $opts --ignore=tests/test_docs.py \
+    --ignore=tests/test_notebooks.py --ignore=tests/test_layout.py -rfEs >"$out/suite.txt" 2>&1
+  echo "suite exit $?"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$out/suite.txt" | tail -40
 fi
 stamp end
