@@ -8,8 +8,9 @@ Docs: https://aisaac-dev.github.io/aisaac/checkpoint.html.md"""
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'loader_generators', 'skip_batches', 'Checkpoints']
 
 # %% ../nbs/26_checkpoint.ipynb #f67007ae
-import contextlib, copy, io
+import contextlib, copy, io, random
 from pathlib import Path
+import numpy as np
 import torch
 from . import __version__
 from .core.callback import Callback
@@ -131,7 +132,7 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
             if sizes(state['opt']) != sizes(trainer.opt.state_dict()):
                 problems.append(f"its optimizer's parameter groups have {sizes(state['opt'])} parameters, the trainer's {sizes(trainer.opt.state_dict())}")
         names = trainer.named_callbacks()
-        if strict and (unknown := [k for k in state['callbacks'] if k not in names]):
+        if strict and (unknown := [k for k, s in state['callbacks'].items() if k not in names and not (isinstance(s, dict) and s.get('optional'))]):
             problems.append(f"it holds the state of {_few(unknown)}, which this trainer lacks (it has {_few(sorted(names), 8)}): "
                             f"add the same callbacks in the same order, or load with `strict=False`")
         if cant := [k for k in state['callbacks'] if k in names and not callable(getattr(names[k], 'load_state_dict', None))]:
@@ -139,6 +140,17 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
         if strict and state['history'] is not None and not callable(getattr(getattr(trainer, 'history', None), 'load_state_dict', None)):
             problems.append("it holds a run history, and this trainer has none that can load it")
     if problems: raise CheckpointError("The checkpoint does not fit this trainer: " + '; '.join(problems))
+    if why := _bad_rng(state['rng']): raise CheckpointError(f"The checkpoint's random states are damaged ({why}): it cannot resume the run exactly")
+
+def _bad_rng(rng):
+    "Why the random states `rng` (of `rng_state`) would not load, tried on new generators (none of this process's is touched); `None` if they would"
+    try:
+        py, npy = rng['python'], rng['numpy']
+        random.Random().setstate((py['version'], tuple(py['state'].tolist()), py['gauss']))
+        np.random.RandomState().set_state((npy['kind'], npy['keys'].numpy().astype(np.uint32), npy['pos'], npy['has_gauss'], npy['cached']))
+        for s in (rng['torch'], *rng['generators']): torch.Generator().set_state(s)
+        if not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in rng['cuda']): return 'a CUDA state is not a byte tensor'
+    except Exception as e: return f"{type(e).__name__}: {e}"
 
 # %% ../nbs/26_checkpoint.ipynb #d22bd631
 def _apply(trainer, state):
@@ -146,16 +158,24 @@ def _apply(trainer, state):
     names = trainer.named_callbacks()
     loads = [(names[k], s) for k, s in state['callbacks'].items() if k in names]
     if state['history'] is not None and (h := _history(trainer)) is not None: loads.append((h, state['history']))
+    model, opt, clock, gens = unwrap_model(trainer.model), trainer.opt, getattr(trainer, 'clock', None), loader_generators(trainer.dls)
     backup = [(o, copy.deepcopy(o.state_dict())) for o, _ in loads if callable(getattr(o, 'state_dict', None))]
-    try:
+    backup += [(model, {k: v.clone() for k, v in model.state_dict().items()}), (clock, None if clock is None else clock.state_dict())]
+    if opt is not None: backup.append((opt, copy.deepcopy(opt.state_dict())))
+    rng = rng_state(gens)
+    try:  # all or nothing: a part that fails to load puts back the parts loaded before it
         for o, s in loads: o.load_state_dict(s)
+        model.load_state_dict(state['model'])
+        if state['opt'] is not None and opt is not None: opt.load_state_dict(state['opt'])
+        set_rng_state(state['rng'], gens)
+        if state.get('clock') is not None and clock is not None: clock.load_state_dict(state['clock'])
     except BaseException:
-        for o, s in backup: o.load_state_dict(s)
+        for o, s in backup:  # each part put back on its own: one that cannot be (the part that failed) does not stop the others
+            try:
+                if o is not None and s is not None: o.load_state_dict(s)
+            except Exception: pass
+        set_rng_state(rng, gens)
         raise
-    unwrap_model(trainer.model).load_state_dict(state['model'])
-    if state['opt'] is not None and trainer.opt is not None: trainer.opt.load_state_dict(state['opt'])
-    set_rng_state(state['rng'], loader_generators(trainer.dls))
-    if state.get('clock') is not None and hasattr(trainer, 'clock'): trainer.clock.load_state_dict(state['clock'])
     trainer.epoch, trainer.batch_num = state['epoch'], state['batch']
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
@@ -169,6 +189,7 @@ def _checkpoint(trainer, path):
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
     _resume, steps, valid_every, fitting = None, None, None, False  # (the steps and the guards layers set the last three, when they are there)
+    resuming = False  # whether the fit in progress resumes a checkpoint (`fit(resume_from=...)`)
 
     def resume_point(self):
         "Where a checkpoint written now resumes: `(epoch, training batches of that epoch already done)`"
@@ -221,6 +242,7 @@ class Checkpoints:
         h, model = _history(self), unwrap_model(self.model)
         attrs = {k: v for k, v in vars(self).items() if _kept(k)}
         shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
+        shared |= {id(v): v for cb in _stateful(self) for v in vars(cb).values() if isinstance(v, io.IOBase)}  # open files are kept, not copied
         cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in _stateful(self)]  # attributes as they are, not as a resume would load them
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
@@ -253,9 +275,19 @@ class Checkpoints:
                   **args): # the rest of `fit`'s arguments
         "Every fit gets the callback that knows where the fit is and resumes the checkpoint (the same one each time)"
         tracker = self.__dict__.get('_fit_tracker') or _FitTracker()  # the same one every fit: the plans of the fit are kept
+        self.resuming = self._resume is not None  # read by the loggers: a resumed run's files go on, they do not start afresh
         self._fit_tracker, tracker.state, tracker.stream_at, self._resume = tracker, self._resume, None, None
         self.fit_callbacks += self.add_callbacks(tracker)
         super().start_fit(**args)
+
+    def fit_error(self, e:BaseException): # what ended the fit
+        "A data-loader worker that died (the out-of-memory killer, a signal) ends the fit with torch's error naming it, and what to do"
+        if isinstance(e, RuntimeError) and 'DataLoader worker' in str(e):
+            e.add_note(f"A process loading the data died (the system's out-of-memory killer, or a signal), in epoch {self.epoch}, at training "
+                       f"batch {getattr(self, 'batch_num', '?')}: nothing of the model is lost. Resume from the newest checkpoint, "
+                       f"`fit(..., resume_from=last_checkpoint(dir))`, which goes on from the batch it was written after; if it was "
+                       f"the memory, give the loader fewer `num_workers`, or lighter ones")
+        return super().fit_error(e)
 
     def named_callbacks(self):
         "The callbacks added to this trainer, by their names on it (`MetricsCB`, `MetricsCB_1`...)"
@@ -332,11 +364,11 @@ class _FitTracker(Callback):
 
     def cleanup_train(self, trainer):
         "A training pass that did not reach its end stopped early"
-        if trainer._at[0] == 'train': trainer._at = ('train stopped', trainer.epoch)
+        if trainer.__dict__.get('_at', ('',))[0] == 'train': trainer._at = ('train stopped', trainer.epoch)  # (no `_at`: the resume failed)
 
     def cleanup_validate(self, trainer):
         "A validation pass that did not reach its end stopped early"
-        if trainer.do_train and trainer._at[0] == 'valid': trainer._at = ('valid stopped', trainer.epoch)
+        if trainer.do_train and trainer.__dict__.get('_at', ('',))[0] == 'valid': trainer._at = ('valid stopped', trainer.epoch)
 
     def _resume(self, trainer, training=False):
         "Load the checkpoint; in a training pass inside an epoch, replay its data order and skip the batches done"
