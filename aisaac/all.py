@@ -58,6 +58,7 @@ from .callbacks.init import *
 from .callbacks.augment import *
 from .callbacks.preds import *
 from .callbacks.loggers import *
+from .callbacks.trackers import *
 from .callbacks.results import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
@@ -70,7 +71,7 @@ from .callbacks.accel import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
 from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     core_callback,
@@ -120,6 +121,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     augment,
     preds,
     loggers,
+    trackers,
     results,
     hooks,
     summary,

@@ -125,7 +125,7 @@ def test_sigterm_preempts_a_training_process_which_resumes_exactly(straight, tmp
 def test_preemption_without_exit_returns_preempted_and_closes_the_mlflow_run_as_killed(straight, tmp_path, monkeypatch):
     pytest.importorskip('mlflow')
     from mlflow.tracking import MlflowClient
-    from aisaac.callbacks.loggers import MLflowLogger
+    from aisaac.callbacks.trackers import MLflowLogger
     monkeypatch.chdir(tmp_path)
     class Notice(Callback):
         "The scheduler's notice, during training batch 5 of the second epoch"

@@ -10,7 +10,8 @@ from aisaac.core.callback import Callback
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB
-from aisaac.callbacks.loggers import ConsoleLogger, CSVLogger, JSONLinesLogger, TensorBoardLogger, MLflowLogger
+from aisaac.callbacks.loggers import ConsoleLogger, CSVLogger, JSONLinesLogger
+from aisaac.callbacks.trackers import TensorBoardLogger, MLflowLogger
 
 V, T = 40, 12
 

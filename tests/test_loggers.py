@@ -8,8 +8,8 @@ from aisaac.trainer import Trainer
 from aisaac.core.callback import Callback
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
-from aisaac.callbacks.loggers import (Logger, ConsoleLogger, CSVLogger, JSONLinesLogger, TensorBoardLogger, MLflowLogger,
-                                      run_config, _image_array)
+from aisaac.callbacks.loggers import Logger, ConsoleLogger, CSVLogger, JSONLinesLogger, run_config
+from aisaac.callbacks.trackers import TensorBoardLogger, MLflowLogger, _image_array
 
 def cls_dls(n=192, bs=32):
     g = torch.Generator().manual_seed(0)
@@ -382,3 +382,4 @@ def test_a_logger_that_fails_on_a_held_value_is_switched_off_once():
     assert sum('disk gone' in str(w.message) for w in ws) == 1
     assert [m['b'] for per, _, m, _, _ in f.got if per == 'batch'] == [0]
     assert [m['b'] for per, _, m, _, _ in g.got if per == 'batch'] == [0, 1, 2, 3]
+

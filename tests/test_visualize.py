@@ -173,7 +173,7 @@ def test_visualizer_size_count_interval_and_no_file_when_folder_is_none(tmp_path
 def test_tensorboard_logger_receives_the_grid(tmp_path):
     pytest.importorskip('tensorboard')
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from aisaac.callbacks.loggers import TensorBoardLogger
+    from aisaac.callbacks.trackers import TensorBoardLogger
     t = fmnist_trainer(fmnist_dls(), ImageVisualizerCB(folder=None, show=False), TensorBoardLogger(tmp_path/'tb'))
     t.fit(1, lr=1e-3)
     acc = EventAccumulator(str(tmp_path/'tb'), size_guidance={'images': 0}); acc.Reload()

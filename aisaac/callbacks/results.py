@@ -20,19 +20,33 @@ class ResultsFileCB(FileLogger):
     def __init__(self, path, # the `.jsonl` results file; its folder is made if needed
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
         super().__init__(path, per='epoch')
-        self.config = dict(config or {})
+        self.config, self._start_line = dict(config or {}), None
 
     def _write(self, event, **kw):
+        if self._start_line is not None and event != 'run_start': self._write('run_start', **self._start_line)  # a resume without this one's state
         self.file.write(json.dumps({'event': event, 'run': self.run, 'time': _now()} | _clean(kw)) + '\n')
+        if event == 'run_start': self._start_line = None
 
     def before_fit(self, trainer):
-        "Open the file and write `run_start`"
+        "Open the file and write `run_start` (a fit that resumes a checkpoint goes on with the run the checkpoint holds)"
         self.open('a')
         self.run, self.start, self.epochs, self.written, self.last = uuid.uuid4().hex[:12], time.monotonic(), {}, set(), {}
         device = next(iter(trainer.model.parameters()), torch.empty(0)).device
-        self._write('run_start', config=run_config(trainer) | self.config,
-                    system={'python': platform.python_version(), 'torch': torch.__version__, 'device': str(device)})
-        self.flush()
+        self._start_line = {'config': run_config(trainer) | self.config,
+                            'system': {'python': platform.python_version(), 'torch': torch.__version__, 'device': str(device)}}
+        if not getattr(trainer, 'resuming', False): self._write('run_start', **self._start_line); self.flush()
+
+    def state_dict(self):
+        "What a checkpoint keeps: where the file ends, the run's id, its time so far, and its epochs"
+        return super().state_dict() | {'run': self.run, 'elapsed': time.monotonic() - self.start, 'written': sorted(self.written),
+                                       'epochs': [[step, _clean(m)] for step, m in self.epochs.items()], 'result': _clean(self.last)}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "In a fit that resumes: cut the file back to the checkpoint and go on with its run (its id, time and epochs), without a second `run_start`"
+        super().load_state_dict(state)
+        if self.file is None: return
+        self.run, self.start, self.written, self.last = state['run'], time.monotonic() - state['elapsed'], set(state['written']), state['result']
+        self.epochs, self._start_line = {int(step): m for step, m in state['epochs']}, None
 
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
