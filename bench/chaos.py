@@ -1,0 +1,241 @@
+#!/usr/bin/env python
+"""Crash anywhere, lose nothing: kill a training run with SIGKILL at random instants, restart it from `last_checkpoint`
+each time, and compare where it ends with a run that was never interrupted.
+
+The run (a child process, `--child`): a seeded MLP on synthetic data, `fit(steps=480, valid_every=60)` with Adam, a
+one-cycle schedule, `MetricsCB`, `CheckpointCB(every='5 steps', every_n_epochs=None, keep_last=3)`, a `CSVLogger` (a row
+per validation) and a `JSONLinesLogger` (every value, per batch and per validation), resumed with
+`resume_from=last_checkpoint(dir)`. At the end it writes the weights, the optimizer's state and the history to `final.pt`.
+
+A trial: start the run in a fresh folder; once it has started training (it says so on stdout), wait a time drawn
+uniformly over what is left of its training (the uninterrupted run's training time, less the part that the newest
+checkpoint holds) and SIGKILL it; restart it, and again, `--kills` times; then let it finish. A kill that leaves a temporary file beside the checkpoints fell inside a checkpoint write. The trial is compared
+with the uninterrupted run: the final weights and optimizer state bit for bit, the history, the CSV and JSON-lines files
+line for line (rows lost: in the reference, not in the trial; duplicated: in the trial more often than in the reference).
+
+`--procs 2`: the same on two processes (torchrun, gloo, `DistributedDataParallel`, a `DistributedSampler` without
+shuffling, no dropout: no random draw differs between the processes), where the main process writes the checkpoints and
+the logs; a kill hits one process drawn at random (torchrun then stops the other), and the restart of both resumes from
+the newest checkpoint, which only a finished write makes.
+
+Seeded (`--seed`): the kill instants of trial `i` come from `random.Random(seed * 1000 + i)`, so a failing trial can be
+replayed alone with `--trials 1 --first i`. Run: `python bench/chaos.py` (50 trials, 4 kills each: about 20 minutes on
+2 cores), `--quick` (3 trials of 2 kills, for the tests).
+"""
+import argparse, json, os, random, shutil, signal, subprocess, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS, VALID_EVERY, EVERY = 480, 60, '5 steps'
+
+def child(out:Path, steps:int):
+    "The training run: resumes from the newest whole checkpoint in `out/ckpt`, if any; writes `out/final.pt` at the end"
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from torch import nn
+    from aisaac.core.callback import Callback
+    from aisaac.trainer import Trainer
+    from aisaac.data import DataLoaders, TensorLoader
+    from aisaac.utils import set_seed
+    from aisaac.persist import atomic_save
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.schedule import OneCycleSchedulerCB
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+    torch.set_num_threads(1)
+    class Ready(Callback):
+        def before_fit(self, t): print('ready', flush=True)
+    set_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, 16, generator=g); y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
+    xv = torch.randn(512, 16, generator=g); yv = (xv[:, :4].sum(1) > 0).long() + (xv[:, 4] > 1).long()
+    dls = DataLoaders(TensorLoader(x, y, bs=64, shuffle=True, seed=1), TensorLoader(xv, yv, bs=256))
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 3))
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
+                callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
+                           CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
+                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), Ready()])
+    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=last_checkpoint(out/'ckpt'))
+    atomic_save({'model': t.model.state_dict(), 'opt': t.opt.state_dict(), 'history': t.history.state_dict()}, out/'final.pt')
+
+def child_ddp(out:Path, steps:int):
+    "The training run on each of the processes torchrun started: DDP, the main process writing checkpoints and logs"
+    sys.path.insert(0, str(ROOT))
+    import torch, torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+    from aisaac.core.callback import Callback
+    from aisaac.trainer import Trainer
+    from aisaac.data import DataLoaders
+    from aisaac.utils import set_seed
+    from aisaac.persist import atomic_save
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.schedule import OneCycleSchedulerCB
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    class Ready(Callback):
+        def before_fit(self, t):
+            out.mkdir(parents=True, exist_ok=True); (out/f'pid_{rank}').write_text(str(os.getpid()))
+            dist.barrier()
+            if rank == 0: print('ready', flush=True)
+    set_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, 16, generator=g); y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
+    xv = torch.randn(512, 16, generator=g); yv = (xv[:, :4].sum(1) > 0).long() + (xv[:, 4] > 1).long()
+    dl = lambda ds, bs: DataLoader(ds, bs, sampler=DistributedSampler(ds, shuffle=False))
+    dls = DataLoaders(dl(TensorDataset(x, y), 32), dl(TensorDataset(xv, yv), 128))
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
+                callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
+                           CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
+                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), Ready()])
+    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=last_checkpoint(out/'ckpt'))
+    if rank == 0:
+        atomic_save({'model': t.model.module.state_dict(), 'opt': t.opt.state_dict(), 'history': t.history.state_dict()}, out/'final.pt')
+    dist.destroy_process_group()
+
+PROCS = 1
+
+def start(out, steps):
+    if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps)]
+    else: cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(PROCS), __file__,
+                 '--child', str(out), '--steps', str(steps), '--procs', str(PROCS)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+def kill(p, out, rng):
+    "SIGKILL the run: its one process, or (several) one of them drawn at random; then wait for the run to end"
+    if PROCS == 1: p.send_signal(signal.SIGKILL)
+    else:
+        try: os.kill(int((out/f'pid_{rng.randrange(PROCS)}').read_text()), signal.SIGKILL)
+        except (ProcessLookupError, FileNotFoundError, ValueError): pass
+    try: p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # torchrun did not stop the other process: a hang
+        os.killpg(p.pid, signal.SIGKILL); p.communicate()
+        return 'hang'
+
+def run_once(out, steps):
+    "An uninterrupted run; its training time (from 'ready' to the end)"
+    p = start(out, steps)
+    assert p.stdout.readline().strip() == 'ready', p.stderr.read()
+    t0 = time.perf_counter()
+    _, err = p.communicate()
+    if p.returncode: raise SystemExit(f"the uninterrupted run failed:\n{err[-3000:]}")
+    return time.perf_counter() - t0
+
+def done(out, steps):
+    "The part of the run that the newest checkpoint holds (0 to 1)"
+    import torch
+    sys.path.insert(0, str(ROOT))
+    from aisaac.callbacks.savers import checkpoints
+    for p in reversed(checkpoints(out/'ckpt') if (out/'ckpt').exists() else []):
+        try: return torch.load(p, weights_only=True)['clock']['step'] / steps
+        except Exception: pass  # (a damaged one: the run skips it too)
+    return 0.
+
+def trial(out, steps, kills, train_secs, rng):
+    "Kill the run `kills` times at random instants of its training, restarting it each time; then let it end. Its record"
+    rec = {'kills': 0, 'in_write': 0, 'restarts': 0, 'errors': []}
+    while True:
+        p = start(out, steps)
+        line = p.stdout.readline().strip()
+        if line != 'ready':  # it could not start: a checkpoint it could not resume, say
+            _, err = p.communicate()
+            rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}')
+            return rec
+        if rec['kills'] < kills:
+            time.sleep(rng.uniform(0, 0.85 * train_secs * (1 - done(out, steps))))  # (0.85: a run can be faster than the reference)
+            if p.poll() is None:
+                if kill(p, out, rng) == 'hang': rec['errors'].append('a process hung after the other was killed')
+                rec['kills'] += 1
+                rec['in_write'] += any((out/'ckpt').glob('.checkpoint_*.tmp')) if (out/'ckpt').exists() else 0
+                rec['restarts'] += 1
+                continue
+            rec['missed'] = rec.get('missed', 0) + 1  # it ended before the instant drawn
+        _, err = p.communicate()
+        if p.returncode: rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}'); return rec
+        return rec
+
+def compare(ref:Path, out:Path):
+    "How the trial `out` ends against the uninterrupted `ref`: identical weights/optimizer/history, log lines lost and duplicated"
+    import torch
+    res = {'final': (out/'final.pt').exists()}
+    if res['final']:
+        a, b = (torch.load(d/'final.pt', weights_only=True) for d in (ref, out))
+        same = lambda x, y: (torch.equal(x, y) if isinstance(x, torch.Tensor) else
+                             (x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)) if isinstance(x, dict) else
+                             (len(x) == len(y) and all(map(same, x, y))) if isinstance(x, (list, tuple)) else x == y)
+        res |= {'weights': same(a['model'], b['model']), 'opt': same(a['opt'], b['opt']), 'history': same(a['history'], b['history'])}
+    for name in ('log.csv', 'log.jsonl'):
+        r = (ref/name).read_text().splitlines()
+        o = (out/name).read_text().splitlines() if (out/name).exists() else []
+        res[name] = {'lost': sum(max(0, r.count(l) - o.count(l)) for l in set(r)),
+                     'dup': sum(max(0, o.count(l) - r.count(l)) for l in set(o)), 'same': r == o}
+    res['checkpoints_unreadable'] = 0
+    sys.path.insert(0, str(ROOT))
+    from aisaac.callbacks.savers import checkpoints, checkpoint_problem
+    res['checkpoints_unreadable'] = sum(checkpoint_problem(p) is not None for p in checkpoints(out/'ckpt'))
+    res['temps_left'] = len(list((out/'ckpt').glob('.*.tmp'))) + len(list(out.glob('.*.tmp')))
+    return res
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--child', type=Path, help=argparse.SUPPRESS)
+    p.add_argument('--steps', type=int, default=STEPS)
+    p.add_argument('--trials', type=int, default=50)
+    p.add_argument('--kills', type=int, default=4, help='kills per trial')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--first', type=int, default=0, help='the first trial number (to replay one)')
+    p.add_argument('--quick', action='store_true', help='3 trials of 2 kills (the tests); with --procs 2, 1 trial of 2 kills')
+    p.add_argument('--procs', type=int, default=1, help='processes of the run (torchrun, gloo, DDP): 1 or 2')
+    p.add_argument('--json', type=Path, help='also write the figures and every trial as JSON here')
+    p.add_argument('--keep', action='store_true', help='keep the folders of the trials (printed)')
+    a = p.parse_args()
+    global PROCS
+    PROCS = a.procs
+    if a.child: return (child if a.procs == 1 else child_ddp)(a.child, a.steps)
+    if a.quick: a.trials, a.kills = (3, 2) if a.procs == 1 else (1, 2)
+    base = Path(tempfile.mkdtemp(prefix='aisaac-chaos-'))
+    ref = base/'reference'
+    train_secs = run_once(ref, a.steps)
+    print(f"# bench/chaos.py: {a.procs} process(es), {a.trials} trials of {a.kills} SIGKILLs, {a.steps} steps, checkpoints every {EVERY} (keep 3), "
+          f"seed {a.seed}; the uninterrupted run trains in {train_secs:.2f} s", flush=True)
+    trials = []
+    for i in range(a.first, a.first + a.trials):
+        out = base/f'trial_{i:03d}'
+        rec = trial(out, a.steps, a.kills, train_secs, random.Random(a.seed * 1000 + i))
+        rec |= compare(ref, out) | {'trial': i}
+        trials.append(rec)
+        ok = rec.get('weights') and rec.get('opt') and rec.get('history') and rec['log.csv']['same'] and rec['log.jsonl']['same']
+        print(f"#   trial {i}: {rec['kills']} kills ({rec['in_write']} in a checkpoint write), "
+              f"{'identical' if ok else 'DIFFERENT'}: weights {rec.get('weights')}, optimizer {rec.get('opt')}, history {rec.get('history')}, "
+              f"csv lost/dup {rec['log.csv']['lost']}/{rec['log.csv']['dup']}, jsonl lost/dup {rec['log.jsonl']['lost']}/{rec['log.jsonl']['dup']}"
+              + (f", errors {rec['errors']}" if rec['errors'] else ''), flush=True)
+        if not a.keep and ok: shutil.rmtree(out)
+    tot = lambda f: sum(f(r) for r in trials)
+    figures = {'trials': len(trials), 'kills': tot(lambda r: r['kills']), 'kills_in_a_write': tot(lambda r: r['in_write']),
+               'identical': tot(lambda r: bool(r.get('weights') and r.get('opt') and r.get('history'))),
+               'logs_identical': tot(lambda r: r['log.csv']['same'] and r['log.jsonl']['same']),
+               'checkpoints_unreadable': tot(lambda r: r['checkpoints_unreadable']), 'temps_left': tot(lambda r: r['temps_left']),
+               'csv_rows_lost': tot(lambda r: r['log.csv']['lost']), 'csv_rows_dup': tot(lambda r: r['log.csv']['dup']),
+               'jsonl_rows_lost': tot(lambda r: r['log.jsonl']['lost']), 'jsonl_rows_dup': tot(lambda r: r['log.jsonl']['dup']),
+               'errors': tot(lambda r: len(r['errors']))}
+    print("\n| trials | kills | in a checkpoint write | weights, optimizer, history identical | logs identical | checkpoints unreadable | "
+          "temporary files left | CSV rows lost / duplicated | JSON lines lost / duplicated | runs that failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    f = figures
+    print(f"| {f['trials']} | {f['kills']} | {f['kills_in_a_write']} | {f['identical']} of {f['trials']} | {f['logs_identical']} of {f['trials']} | "
+          f"{f['checkpoints_unreadable']} | {f['temps_left']} | {f['csv_rows_lost']} / {f['csv_rows_dup']} | "
+          f"{f['jsonl_rows_lost']} / {f['jsonl_rows_dup']} | {f['errors']} |")
+    if a.json: a.json.write_text(json.dumps({'figures': figures, 'trials': trials}, indent=1, default=str))
+    if a.keep: print(f"# the trials' folders: {base}")
+    else: shutil.rmtree(ref)
+    return figures
+
+if __name__ == '__main__':
+    main()
