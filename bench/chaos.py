@@ -4,14 +4,16 @@ each time, and compare where it ends with a run that was never interrupted.
 
 The run (a child process, `--child`): a seeded MLP on synthetic data, `fit(steps=480, valid_every=60)` with Adam, a
 one-cycle schedule, `MetricsCB`, `CheckpointCB(every='5 steps', every_n_epochs=None, keep_last=3)`, a `CSVLogger` (a row
-per validation) and a `JSONLinesLogger` (every value, per batch and per validation), resumed with
-`resume_from=last_checkpoint(dir)`. At the end it writes the weights, the optimizer's state and the history to `final.pt`.
+per validation), a `JSONLinesLogger` (every value it is sent), a `ResultsFileCB` and (when tensorboard is installed) a
+`TensorBoardLogger`, resumed with `resume_from=last_checkpoint(dir)`. At the end it writes the weights, the optimizer's state and the history to `final.pt`.
 
 A trial: start the run in a fresh folder; once it has started training (it says so on stdout), wait a time drawn
 uniformly over what is left of its training (the uninterrupted run's training time, less the part that the newest
 checkpoint holds) and SIGKILL it; restart it, and again, `--kills` times; then let it finish. A kill that leaves a temporary file beside the checkpoints fell inside a checkpoint write. The trial is compared
 with the uninterrupted run: the final weights and optimizer state bit for bit, the history, the CSV and JSON-lines files
-line for line (rows lost: in the reference, not in the trial; duplicated: in the trial more often than in the reference).
+line for line (rows lost: in the reference, not in the trial; duplicated: in the trial more often than in the reference),
+the results file's records (one run, the same events and metrics; its times differ) and TensorBoard's scalars as
+TensorBoard reads them.
 
 `--procs 2`: the same on two processes (torchrun, gloo, `DistributedDataParallel`, a `DistributedSampler` without
 shuffling, no dropout: no random draw differs between the processes), where the main process writes the checkpoints and
@@ -43,9 +45,14 @@ def child(out:Path, steps:int):
     from aisaac.callbacks.schedule import OneCycleSchedulerCB
     from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
     from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+    from aisaac.callbacks.results import ResultsFileCB
     torch.set_num_threads(1)
     class Ready(Callback):
         def before_fit(self, t): print('ready', flush=True)
+    try:
+        from aisaac.callbacks.trackers import TensorBoardLogger
+        tb = [TensorBoardLogger(out/'tb')]
+    except ImportError: tb = []
     set_seed(0)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4096, 16, generator=g); y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
@@ -55,7 +62,7 @@ def child(out:Path, steps:int):
     t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
                 callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
                            CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
-                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), Ready()])
+                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), ResultsFileCB(out/'results.jsonl'), *tb, Ready()])
     t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=last_checkpoint(out/'ckpt'))
     atomic_save({'model': t.model.state_dict(), 'opt': t.opt.state_dict(), 'history': t.history.state_dict()}, out/'final.pt')
 
@@ -149,7 +156,7 @@ def trial(out, steps, kills, train_secs, rng):
             rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}')
             return rec
         if rec['kills'] < kills:
-            time.sleep(rng.uniform(0, 0.85 * train_secs * (1 - done(out, steps))))  # (0.85: a run can be faster than the reference)
+            time.sleep(rng.uniform(0, 0.8 * train_secs * (1 - done(out, steps))))  # (0.8: a run can be faster than the reference)
             if p.poll() is None:
                 if kill(p, out, rng) == 'hang': rec['errors'].append('a process hung after the other was killed')
                 rec['kills'] += 1
@@ -160,6 +167,20 @@ def trial(out, steps, kills, train_secs, rng):
         _, err = p.communicate()
         if p.returncode: rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}'); return rec
         return rec
+
+def results(d:Path):
+    "The records of the results file, without their times: (event, epoch, metrics, status, epochs, result), and how many runs"
+    if not (d/'results.jsonl').exists(): return None
+    lines = [json.loads(l) for l in (d/'results.jsonl').read_text().splitlines()]
+    return len({l['run'] for l in lines}), [tuple(l.get(k) if k != 'metrics' else json.dumps(l.get(k)) for k in
+                                                ('event', 'epoch', 'metrics', 'status', 'epochs')) for l in lines]
+
+def scalars(d:Path):
+    "TensorBoard's scalars in `d/tb`, as TensorBoard reads them: {tag: [(step, value)]} (None without tensorboard)"
+    if not (d/'tb').exists(): return None
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(d/'tb')); ea.Reload()
+    return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
 
 def compare(ref:Path, out:Path):
     "How the trial `out` ends against the uninterrupted `ref`: identical weights/optimizer/history, log lines lost and duplicated"
@@ -176,6 +197,8 @@ def compare(ref:Path, out:Path):
         o = (out/name).read_text().splitlines() if (out/name).exists() else []
         res[name] = {'lost': sum(max(0, r.count(l) - o.count(l)) for l in set(r)),
                      'dup': sum(max(0, o.count(l) - r.count(l)) for l in set(o)), 'same': r == o}
+    res['results'] = results(ref) == results(out)
+    res['tensorboard'] = scalars(ref) == scalars(out)
     res['checkpoints_unreadable'] = 0
     sys.path.insert(0, str(ROOT))
     from aisaac.callbacks.savers import checkpoints, checkpoint_problem
@@ -211,21 +234,24 @@ def main():
         rec = trial(out, a.steps, a.kills, train_secs, random.Random(a.seed * 1000 + i))
         rec |= compare(ref, out) | {'trial': i}
         trials.append(rec)
-        ok = rec.get('weights') and rec.get('opt') and rec.get('history') and rec['log.csv']['same'] and rec['log.jsonl']['same']
+        ok = (rec.get('weights') and rec.get('opt') and rec.get('history') and rec['log.csv']['same'] and rec['log.jsonl']['same']
+              and rec['results'] and rec['tensorboard'])
         print(f"#   trial {i}: {rec['kills']} kills ({rec['in_write']} in a checkpoint write), "
               f"{'identical' if ok else 'DIFFERENT'}: weights {rec.get('weights')}, optimizer {rec.get('opt')}, history {rec.get('history')}, "
-              f"csv lost/dup {rec['log.csv']['lost']}/{rec['log.csv']['dup']}, jsonl lost/dup {rec['log.jsonl']['lost']}/{rec['log.jsonl']['dup']}"
+              f"csv lost/dup {rec['log.csv']['lost']}/{rec['log.csv']['dup']}, jsonl lost/dup {rec['log.jsonl']['lost']}/{rec['log.jsonl']['dup']}, "
+              f"results file {rec['results']}, tensorboard {rec['tensorboard']}"
               + (f", errors {rec['errors']}" if rec['errors'] else ''), flush=True)
         if not a.keep and ok: shutil.rmtree(out)
     tot = lambda f: sum(f(r) for r in trials)
     figures = {'trials': len(trials), 'kills': tot(lambda r: r['kills']), 'kills_in_a_write': tot(lambda r: r['in_write']),
+               'instants_after_the_end': tot(lambda r: r.get('missed', 0)),
                'identical': tot(lambda r: bool(r.get('weights') and r.get('opt') and r.get('history'))),
-               'logs_identical': tot(lambda r: r['log.csv']['same'] and r['log.jsonl']['same']),
+               'logs_identical': tot(lambda r: r['log.csv']['same'] and r['log.jsonl']['same'] and r['results'] and r['tensorboard']),
                'checkpoints_unreadable': tot(lambda r: r['checkpoints_unreadable']), 'temps_left': tot(lambda r: r['temps_left']),
                'csv_rows_lost': tot(lambda r: r['log.csv']['lost']), 'csv_rows_dup': tot(lambda r: r['log.csv']['dup']),
                'jsonl_rows_lost': tot(lambda r: r['log.jsonl']['lost']), 'jsonl_rows_dup': tot(lambda r: r['log.jsonl']['dup']),
                'errors': tot(lambda r: len(r['errors']))}
-    print("\n| trials | kills | in a checkpoint write | weights, optimizer, history identical | logs identical | checkpoints unreadable | "
+    print("\n| trials | kills | in a checkpoint write | weights, optimizer, history identical | logs identical (CSV, JSON lines, results file, TensorBoard) | checkpoints unreadable | "
           "temporary files left | CSV rows lost / duplicated | JSON lines lost / duplicated | runs that failed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     f = figures
