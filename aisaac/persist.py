@@ -173,14 +173,18 @@ def verify(path): # a file `torch.save` wrote
 # %% ../nbs/25_persist.ipynb #0c078216
 class CheckpointEngine(CallbackMixin):
     "Writes and reads checkpoint files; `save` and `load` are phases, so callbacks can rewrite what is written and what is read"
-    def __init__(self, callbacks=None): # callbacks with `before_save`, `after_save`, `before_load` or `after_load` hooks
+    def __init__(self, callbacks=None, # callbacks with `before_save`, `after_save`, `before_load` or `after_load` hooks
+                 sealed:bool=True): # seal each file with its SHA-256 (about 0.15 s per 200 MiB to write, as much to check on load)
+        self.sealed = sealed
         self.add_callbacks(callbacks)
 
     @with_cbs('save')
     def save(self, state:dict, # the checkpoint's content: tensors and plain Python values
              path): # the file to write
-        "Write `state` to `path` with `torch.save`, sealed with its SHA-256 (`seal`), atomically; returns the path written"
-        def write(tmp): torch.save(state, tmp); seal(tmp)
+        "Write `state` to `path` with `torch.save`, sealed with its SHA-256 (`seal`; unless `sealed=False`), atomically; returns the path written"
+        def write(tmp):
+            torch.save(state, tmp)
+            if self.sealed: seal(tmp)
         try: return atomic_write(path, write)
         except (OSError, RuntimeError) as e:  # a full disk, a file-size limit: torch's writer says only "unexpected pos"
             raise CheckpointWriteError(_write_failed(path, state, e)) from e

@@ -300,3 +300,18 @@ def test_a_write_removes_what_killed_writes_of_the_same_file_left(tmp_path):
     for p in (stale, live): p.write_bytes(b'half')
     atomic_save({'a': 1}, tmp_path/'final.pt')
     assert not stale.exists() and live.exists()
+
+def test_a_tensorboard_rewrite_killed_half_way_leaves_no_value_twice(tmp_path):
+    "Found by bench/chaos.py (2 trials of 50): a kill after the rewritten file was moved in, before the old ones were removed, "
+    "left every value twice, and the next rewrite kept both"
+    pytest.importorskip('tensorboard')
+    import shutil
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from aisaac.callbacks.trackers import TensorBoardLogger, _cut_events
+    fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb')), tmp_path)
+    (f,) = (tmp_path/'tb').iterdir()
+    shutil.copy(f, f.with_name(f.name + '.copy'))  # the same events in two files
+    (tmp_path/'.tb.leftover').mkdir()  # the temporary folder of the killed rewrite
+    _cut_events(tmp_path/'tb', {'train_loss': 40, 'valid_loss': 40})
+    ea = EventAccumulator(str(tmp_path/'tb')); ea.Reload()
+    assert [e.step for e in ea.Scalars('valid_loss')] == [20, 40] and not (tmp_path/'.tb.leftover').exists()

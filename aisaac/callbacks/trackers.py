@@ -38,15 +38,19 @@ def _cut_events(log_dir:Path, last:dict):
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader  # (the events as written, not migrated)
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    for old in log_dir.parent.glob(f'.{log_dir.name}.*'): shutil.rmtree(old, ignore_errors=True)  # a rewrite that was killed
     files = sorted(p for p in log_dir.iterdir() if 'tfevents' in p.name and p.is_file())
     if not files: return
     kept = lambda e: all(v.tag in last and e.step <= last[v.tag] for v in e.summary.value) if e.HasField('summary') else True
+    events = {}  # by (tags, step): a rewrite killed after moving its file in and before removing the old ones left each event twice
+    for f in files:
+        for e in map(Event.FromString, RawEventFileLoader(str(f)).Load()):
+            if not kept(e) or e.HasField('file_version'): continue
+            events[(tuple(v.tag for v in e.summary.value), e.step) if e.HasField('summary') else len(events)] = e
     tmp = Path(tempfile.mkdtemp(dir=log_dir.parent, prefix=f'.{log_dir.name}.'))
     try:
         w = EventFileWriter(str(tmp))
-        for f in files:
-            for e in map(Event.FromString, RawEventFileLoader(str(f)).Load()):
-                if kept(e) and not e.HasField('file_version'): w.add_event(e)
+        for e in events.values(): w.add_event(e)
         w.close()
         for new in tmp.iterdir(): os.replace(new, log_dir/new.name)
         for f in files: f.unlink()
