@@ -16,7 +16,7 @@ from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
-                            unwrap_model, _why)
+                            unwrap_model, _on_cpu, _why)
 
 # %% ../nbs/26_checkpoint.ipynb #163db393
 def loader_generators(dls): # an object with `train` and `valid` loaders
@@ -160,8 +160,8 @@ def _apply(trainer, state):
     if state['history'] is not None and (h := _history(trainer)) is not None: loads.append((h, state['history']))
     model, opt, clock, gens = unwrap_model(trainer.model), trainer.opt, getattr(trainer, 'clock', None), loader_generators(trainer.dls)
     backup = [(o, copy.deepcopy(o.state_dict())) for o, _ in loads if callable(getattr(o, 'state_dict', None))]
-    backup += [(model, {k: v.clone() for k, v in model.state_dict().items()}), (clock, None if clock is None else clock.state_dict())]
-    if opt is not None: backup.append((opt, copy.deepcopy(opt.state_dict())))
+    backup += [(model, _on_cpu(model.state_dict())), (clock, None if clock is None else clock.state_dict())]  # (on the CPU: no GPU memory doubled)
+    if opt is not None: backup.append((opt, _on_cpu(opt.state_dict())))
     rng = rng_state(gens)
     try:  # all or nothing: a part that fails to load puts back the parts loaded before it
         for o, s in loads: o.load_state_dict(s)

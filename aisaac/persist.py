@@ -9,7 +9,7 @@ __all__ = ['fsync_dir', 'atomic_write', 'atomic_save', 'rng_state', 'set_rng_sta
            'seal', 'verify', 'CheckpointEngine', 'unwrap_model']
 
 # %% ../nbs/25_persist.ipynb #2c4c567c
-import errno, glob, hashlib, io, os, pickle, random, re, resource, secrets, shutil, zipfile
+import copy, errno, glob, hashlib, io, os, pickle, random, re, resource, secrets, shutil, zipfile
 from pathlib import Path
 import numpy as np
 import torch
@@ -122,6 +122,12 @@ def _tensor_bytes(o):
     if isinstance(o, dict): return sum(map(_tensor_bytes, o.values()))
     return sum(map(_tensor_bytes, o)) if isinstance(o, (list, tuple)) else 0
 
+def _on_cpu(o):
+    "A copy of `o` (nested dicts, lists and tuples) with each tensor copied to the CPU"
+    if isinstance(o, torch.Tensor): return o.detach().to('cpu', copy=True)
+    if isinstance(o, dict): return {k: _on_cpu(v) for k, v in o.items()}
+    return type(o)(map(_on_cpu, o)) if isinstance(o, (list, tuple)) else copy.deepcopy(o)
+
 def _mib(n): return f'{n / 2**20:,.1f} MiB'
 
 def _write_failed(path, state, e):
@@ -135,8 +141,9 @@ def _write_failed(path, state, e):
         cause = f"the file would pass this process's file-size limit ({_mib(limit)}, `ulimit -f`)"
     else: cause = f"{type(e).__name__}: {_why(e)}"
     space = '' if free is None else f" {folder} has {_mib(free)} free, and this checkpoint needs about {_mib(need)}."
-    return (f"Could not write the checkpoint {path}: {cause}.{space} The partial file was removed and the previous checkpoints "
-            f"are untouched: free some space (or keep fewer checkpoints, `CheckpointCB(keep_last=...)`), or write to another folder.")
+    todo = (': free some space (or keep fewer checkpoints, `CheckpointCB(keep_last=...)`), or write to another folder'
+            if cause.startswith(('the disk', 'the file')) else '')
+    return f"Could not write the checkpoint {path}: {cause}.{space} The partial file was removed and the previous checkpoints are untouched{todo}."
 
 _SEAL = '.aisaac_sha256'  # the archive entry that holds the SHA-256 of the others
 
