@@ -315,3 +315,14 @@ def test_a_tensorboard_rewrite_killed_half_way_leaves_no_value_twice(tmp_path):
     _cut_events(tmp_path/'tb', {'train_loss': 40, 'valid_loss': 40})
     ea = EventAccumulator(str(tmp_path/'tb')); ea.Reload()
     assert [e.step for e in ea.Scalars('valid_loss')] == [20, 40] and not (tmp_path/'.tb.leftover').exists()
+
+def test_mlflow_resumed_by_the_same_logger_object_sends_no_value_twice(tmp_path):
+    "A notebook's crash: the fit is resumed with the same callbacks, whose MLflowLogger already has the run"
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    from aisaac.callbacks.trackers import MLflowLogger
+    lg = MLflowLogger(f'sqlite:///{tmp_path}/m.db')
+    with pytest.raises(RuntimeError): fit(trainer(tmp_path, lg, Crash(43)), tmp_path)
+    fit(trainer(tmp_path, lg), tmp_path, resume=True)
+    c = MlflowClient(lg.tracking_uri)
+    assert [m.step for m in sorted(c.get_metric_history(lg.run_id, 'valid_loss'), key=lambda m: m.step)] == [20, 40, 60]

@@ -126,13 +126,13 @@ class MLflowLogger(Logger):
         self._mlflow = _needs('mlflow', 'mlflow', 'MLflowLogger')
         self.tracking_uri = tracking_uri or os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlruns.db'
         self.experiment, self.run_name, self.client, self.run_id, self._pending = experiment, run_name, None, None, []
-        self._config, self._seen = None, {}  # the configuration until the run is made (in a fit); the steps a resumed run has
+        self._config, self._seen, self._resuming = None, {}, False  # the configuration until the run is made; the steps a resumed run has
 
     def before_fit(self, trainer):
         "Make the run at the first fit, with the configuration as parameters; mark it running (a fit that resumes a checkpoint goes on with the checkpoint's run)"
         if self.client is None: self.client = self._mlflow.tracking.MlflowClient(self.tracking_uri)
-        self._config, self._seen = run_config(trainer), {}
-        if not (getattr(trainer, 'resuming', False) and self.run_id is None): self._start()  # (resuming: the run comes with the checkpoint)
+        self._config, self._seen, self._resuming = run_config(trainer), {}, getattr(trainer, 'resuming', False)
+        if not (self._resuming and self.run_id is None): self._start()  # (resuming: the run comes with the checkpoint)
 
     def _start(self):
         "Make the run, or mark it running again"
@@ -152,9 +152,9 @@ class MLflowLogger(Logger):
     def load_state_dict(self, state:dict): # from `state_dict`
         "In a fit that resumes, go on with the checkpoint's run; what the interrupted run logged after the checkpoint is in the store (MLflow keeps every value), so the resumed run does not send a value again at a step it has"
         self.load_steps_state(state)
-        if self._config is None or not state['run_id']: return  # not a fit that resumes (`trainer.load_checkpoint` to look at a run)
-        self.run_id, self._pending = state['run_id'], []
-        self._start()
+        if not self._resuming or not state['run_id']: return  # not a fit that resumes (`trainer.load_checkpoint` to look at a run)
+        if state['run_id'] != self.run_id: self.run_id, self._pending, self._config = state['run_id'], [], None; self._start()
+        self._resuming = False
         metrics = self.client.get_run(self.run_id).data.metrics
         self._seen = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in metrics}
 
@@ -193,7 +193,7 @@ class MLflowLogger(Logger):
 
     def cleanup_fit(self, trainer):
         "Send what is left and mark the run finished, or failed when the fit raised"
-        self._config = None
+        self._config, self._resuming = None, False
         if self.run_id is None: return
         self.flush()
         self.client.set_terminated(self.run_id, status=_mlflow_status.get(getattr(trainer, 'outcome', 'ok'), 'FINISHED'))
