@@ -8,15 +8,14 @@ Docs: https://aisaac-dev.github.io/aisaac/checkpoint.html.md"""
 __all__ = ['CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'loader_generators', 'skip_batches', 'Checkpoints']
 
 # %% ../nbs/26_checkpoint.ipynb #f67007ae
-import contextlib, copy, io, random
+import contextlib, copy, io
 from pathlib import Path
-import numpy as np
 import torch
 from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
-                            unwrap_model, _on_cpu, _why)
+                            unwrap_model, _on_cpu, _rng_problem, _why)
 
 # %% ../nbs/26_checkpoint.ipynb #163db393
 def loader_generators(dls): # an object with `train` and `valid` loaders
@@ -140,17 +139,7 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
         if strict and state['history'] is not None and not callable(getattr(getattr(trainer, 'history', None), 'load_state_dict', None)):
             problems.append("it holds a run history, and this trainer has none that can load it")
     if problems: raise CheckpointError("The checkpoint does not fit this trainer: " + '; '.join(problems))
-    if why := _bad_rng(state['rng']): raise CheckpointError(f"The checkpoint's random states are damaged ({why}): it cannot resume the run exactly")
-
-def _bad_rng(rng):
-    "Why the random states `rng` (of `rng_state`) would not load, tried on new generators (none of this process's is touched); `None` if they would"
-    try:
-        py, npy = rng['python'], rng['numpy']
-        random.Random().setstate((py['version'], tuple(py['state'].tolist()), py['gauss']))
-        np.random.RandomState().set_state((npy['kind'], npy['keys'].numpy().astype(np.uint32), npy['pos'], npy['has_gauss'], npy['cached']))
-        for s in (rng['torch'], *rng['generators']): torch.Generator().set_state(s)
-        if not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in rng['cuda']): return 'a CUDA state is not a byte tensor'
-    except Exception as e: return f"{type(e).__name__}: {e}"
+    if why := _rng_problem(state['rng']): raise CheckpointError(f"The checkpoint's random states are damaged ({why}): it cannot resume the run exactly")
 
 # %% ../nbs/26_checkpoint.ipynb #d22bd631
 def _apply(trainer, state):

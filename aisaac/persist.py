@@ -78,12 +78,28 @@ def set_rng_state(state:dict, # as returned by `rng_state`
     "Put every random number generator back in `state`"
     if len(generators) != len(state['generators']):
         raise ValueError(f"The state holds {len(state['generators'])} generator states, but {len(generators)} generators were given")
-    py, npy = state['python'], state['numpy']
-    random.setstate((py['version'], tuple(py['state'].tolist()), py['gauss']))
-    np.random.set_state((npy['kind'], npy['keys'].numpy().astype(np.uint32), npy['pos'], npy['has_gauss'], npy['cached']))
+    py, npy = _plain_states(state)
+    random.setstate(py)
+    np.random.set_state(npy)
     torch.set_rng_state(state['torch'])
     for i, s in enumerate(state['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
     for g, s in zip(generators, state['generators']): g.set_state(s)
+
+def _plain_states(state):
+    "The Python and NumPy states in `state` (of `rng_state`) as `random.setstate` and `np.random.set_state` take them"
+    py, npy = state['python'], state['numpy']
+    return ((py['version'], tuple(py['state'].tolist()), py['gauss']),
+            (npy['kind'], npy['keys'].numpy().astype(np.uint32), npy['pos'], npy['has_gauss'], npy['cached']))
+
+def _rng_problem(state):
+    "Why `state` (of `rng_state`) would not load, tried on new generators (none of this process's is touched); `None` if it would"
+    try:
+        py, npy = _plain_states(state)
+        random.Random().setstate(py)
+        np.random.RandomState().set_state(npy)
+        for s in (state['torch'], *state['generators']): torch.Generator().set_state(s)
+        if not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in state['cuda']): return 'a CUDA state is not a byte tensor'
+    except Exception as e: return f"{type(e).__name__}: {e}"
 
 # %% ../nbs/25_persist.ipynb #928c9a2e
 class CheckpointError(ValueError):
