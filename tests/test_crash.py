@@ -326,3 +326,31 @@ def test_mlflow_resumed_by_the_same_logger_object_sends_no_value_twice(tmp_path)
     fit(trainer(tmp_path, lg), tmp_path, resume=True)
     c = MlflowClient(lg.tracking_uri)
     assert [m.step for m in sorted(c.get_metric_history(lg.run_id, 'valid_loss'), key=lambda m: m.step)] == [20, 40, 60]
+
+class PerBatch(Callback):
+    "Log the step of every training batch, per batch (values the loggers hold, then write, within a pass)"
+    def after_batch(self, t):
+        if t.model.training: t.log({'x': float(t.clock.step)}, step=t.clock.step, per='batch')
+
+def test_values_logged_before_a_checkpoint_are_written_out_with_it(tmp_path):
+    "Crash at 27, after the checkpoint of step 25 inside the pass of steps 21-40: the per-batch values of steps 21-25 were held "
+    "(loggers write them 50 at a time, or at the pass's end). Before: the checkpoint did not send them, and no one did later"
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    from aisaac.callbacks.trackers import MLflowLogger
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT/'tests')!r})
+from test_crash import *
+from aisaac.callbacks.trackers import MLflowLogger
+class Die(Callback):
+    def after_batch(self, t):
+        if t.model.training and t.clock.step == 27: os._exit(3)  # no cleanup runs, as after a SIGKILL
+fit(trainer(Path({str(tmp_path)!r}), MLflowLogger('sqlite:///{tmp_path}/m.db'), PerBatch(), Die()), Path({str(tmp_path)!r}))
+"""
+    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stderr[-3000:]
+    lg = MLflowLogger(f'sqlite:///{tmp_path}/m.db')
+    fit(trainer(tmp_path, lg, PerBatch()), tmp_path, resume=True)
+    steps = sorted(m.step for m in MlflowClient(lg.tracking_uri).get_metric_history(lg.run_id, 'batch/x'))
+    assert steps == list(range(1, 61)), steps

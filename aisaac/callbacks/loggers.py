@@ -57,11 +57,12 @@ class Logger(Callback):
         held, self._held = self._held, []
         for metrics, step in held: self.write(trainer, metrics, step, 'batch')
 
-    def steps_state(self):
-        "The part of a logger's checkpoint state all loggers share: the last step of each name; `optional`: a resumed trainer may lack the logger"
+    def shared_state(self):
+        "What every logger's checkpoint state holds, once the values it holds are written out and flushed (a kill after the checkpoint would lose them, and the resumed run does not log them again): the last step of each name, and `optional` (a resumed trainer may lack the logger)"
+        self.write_held(None); self.flush()
         return {'optional': True, 'last': [[per, name, step] for (per, name), step in self._last.items()]}
 
-    def load_steps_state(self, state:dict): # from `steps_state`
+    def load_shared_state(self, state:dict): # from `shared_state`
         "Take the last step of each name from a checkpoint"
         self._last = {(per, name): step for per, name, step in state['last']}
 
@@ -138,14 +139,13 @@ class CSVLogger(Logger):
 
     def state_dict(self):
         "What a checkpoint keeps: the rows written so far (a resumed run's file is rewritten with them, then goes on)"
-        self.write_held(None)
-        return {'rows': [[step, row] for step, row in self.rows.items()], 'names': list(self.names),
-                **self.steps_state()}
+        shared = self.shared_state()
+        return {'rows': [[step, row] for step, row in self.rows.items()], 'names': list(self.names), **shared}
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "Take the checkpoint's rows: the next flush rewrites the file with them, dropping what an interrupted run wrote after the checkpoint"
         self.rows, self.names = {int(step): dict(row) for step, row in state['rows']}, list(state['names'])
-        self.load_steps_state(state)
+        self.load_shared_state(state)
         self._held, self._new, self._written, self._dirty = [], set(), (None, []), True
 
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
@@ -203,14 +203,13 @@ class FileLogger(Logger):
 
     def state_dict(self):
         "What a checkpoint keeps: where the file ends (after writing what is held), and the last step of each name"
-        self.write_held(None); self.flush()
-        return {'size': self.path.stat().st_size if self.path.exists() else 0,
-                **self.steps_state()}
+        shared = self.shared_state()
+        return {'size': self.path.stat().st_size if self.path.exists() else 0, **shared}
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "In a fit that resumes a checkpoint, cut the file back to where it ended at the checkpoint: what the interrupted run wrote after it is dropped, and the run goes on from there"
         self._held, self._started = [], True  # the next fit appends
-        self.load_steps_state(state)
+        self.load_shared_state(state)
         if self.file is None: return  # not in a fit (`trainer.load_checkpoint` to look at a run): the file is left alone
         size = self.path.stat().st_size if self.path.exists() else 0
         if size < state['size']:

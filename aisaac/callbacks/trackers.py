@@ -94,12 +94,11 @@ class TensorBoardLogger(Logger):
 
     def state_dict(self):
         "What a checkpoint keeps: the last step of each tag (the event files are cut back to them when a fit resumes)"
-        self.write_held(None); self.flush()
-        return self.steps_state()
+        return self.shared_state()
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "In a fit that resumes: rewrite the run's event files without what the interrupted run wrote after the checkpoint, then go on"
-        self.load_steps_state(state)
+        self.load_shared_state(state)
         if self.writer is None: return  # not in a fit (`trainer.load_checkpoint` to look at a run): the files are left alone
         self.close()
         _cut_events(Path(self.log_dir), {_event_tag(name, per): step for (per, name), step in self._last.items()})
@@ -145,13 +144,12 @@ class MLflowLogger(Logger):
         self._config = None
 
     def state_dict(self):
-        "What a checkpoint keeps: the run's id, and the last step of each name"
-        self.write_held(None)
-        return {'run_id': self.run_id or '', **self.steps_state()}
+        "What a checkpoint keeps: the run's id, and the last step of each name (the values held are sent first)"
+        return {'run_id': self.run_id or '', **self.shared_state()}
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "In a fit that resumes, go on with the checkpoint's run; what the interrupted run logged after the checkpoint is in the store (MLflow keeps every value), so the resumed run does not send a value again at a step it has"
-        self.load_steps_state(state)
+        self.load_shared_state(state)
         if not self._resuming or not state['run_id']: return  # not a fit that resumes (`trainer.load_checkpoint` to look at a run)
         if state['run_id'] != self.run_id: self.run_id, self._pending, self._config = state['run_id'], [], None; self._start()
         self._resuming = False
