@@ -231,8 +231,9 @@ class Checkpoints:
         h, model = _history(self), unwrap_model(self.model)
         attrs = {k: v for k, v in vars(self).items() if _kept(k)}
         shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
-        shared |= {id(v): v for cb in _stateful(self) for v in vars(cb).values() if isinstance(v, io.IOBase)}  # open files are kept, not copied
-        cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in _stateful(self)]  # attributes as they are, not as a resume would load them
+        stateful = _stateful(self)
+        shared |= {id(v): v for cb in stateful for v in vars(cb).values() if isinstance(v, io.IOBase)}  # open files are kept, not copied
+        cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in stateful]  # attributes as they are, not as a resume would load them
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
         rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
