@@ -28,11 +28,18 @@ import argparse, json, os, random, shutil, signal, subprocess, sys, tempfile, ti
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's aisaac, also without `pip install -e`
 STEPS, VALID_EVERY, EVERY = 480, 60, '5 steps'
+
+def synthetic(torch):
+    "The run's data: 4,096 training and 512 validation rows of 16 features, 3 classes, always the same"
+    g = torch.Generator().manual_seed(0)
+    x, xv = torch.randn(4096, 16, generator=g), torch.randn(512, 16, generator=g)
+    label = lambda x: (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
+    return x, label(x), xv, label(xv)
 
 def child(out:Path, steps:int):
     "The training run: resumes from the newest whole checkpoint in `out/ckpt`, if any; writes `out/final.pt` at the end"
-    sys.path.insert(0, str(ROOT))
     import torch
     from torch import nn
     from aisaac.core.callback import Callback
@@ -54,9 +61,7 @@ def child(out:Path, steps:int):
         tb = [TensorBoardLogger(out/'tb')]
     except ImportError: tb = []
     set_seed(0)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(4096, 16, generator=g); y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
-    xv = torch.randn(512, 16, generator=g); yv = (xv[:, :4].sum(1) > 0).long() + (xv[:, 4] > 1).long()
+    x, y, xv, yv = synthetic(torch)
     dls = DataLoaders(TensorLoader(x, y, bs=64, shuffle=True, seed=1), TensorLoader(xv, yv, bs=256))
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 3))
     t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
@@ -68,7 +73,6 @@ def child(out:Path, steps:int):
 
 def child_ddp(out:Path, steps:int):
     "The training run on each of the processes torchrun started: DDP, the main process writing checkpoints and logs"
-    sys.path.insert(0, str(ROOT))
     import torch, torch.distributed as dist
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -92,9 +96,7 @@ def child_ddp(out:Path, steps:int):
             dist.barrier()
             if rank == 0: print('ready', flush=True)
     set_seed(0)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(4096, 16, generator=g); y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
-    xv = torch.randn(512, 16, generator=g); yv = (xv[:, :4].sum(1) > 0).long() + (xv[:, 4] > 1).long()
+    x, y, xv, yv = synthetic(torch)
     dl = lambda ds, bs: DataLoader(ds, bs, sampler=DistributedSampler(ds, shuffle=False))
     dls = DataLoaders(dl(TensorDataset(x, y), 32), dl(TensorDataset(xv, yv), 128))
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
@@ -138,7 +140,6 @@ def run_once(out, steps):
 def done(out, steps):
     "The part of the run that the newest checkpoint holds (0 to 1)"
     import torch
-    sys.path.insert(0, str(ROOT))
     from aisaac.callbacks.savers import checkpoints
     for p in reversed(checkpoints(out/'ckpt') if (out/'ckpt').exists() else []):
         try: return torch.load(p, weights_only=True)['clock']['step'] / steps
@@ -199,8 +200,6 @@ def compare(ref:Path, out:Path):
                      'dup': sum(max(0, o.count(l) - r.count(l)) for l in set(o)), 'same': r == o}
     res['results'] = results(ref) == results(out)
     res['tensorboard'] = scalars(ref) == scalars(out)
-    res['checkpoints_unreadable'] = 0
-    sys.path.insert(0, str(ROOT))
     from aisaac.callbacks.savers import checkpoints, checkpoint_problem
     res['checkpoints_unreadable'] = sum(checkpoint_problem(p) is not None for p in checkpoints(out/'ckpt'))
     res['temps_left'] = len(list((out/'ckpt').glob('.*.tmp'))) + len(list(out.glob('.*.tmp')))
