@@ -129,10 +129,12 @@ class CSVLogger(Logger):
         if per == 'all': raise ValueError("a CSV file holds one kind of row: use `per='epoch'` or `per='batch'` (two loggers for both)")
         super().__init__(per)
         self.path, self.rows, self.names, self._dirty = Path(path), {}, [], False
-        self._new, self._written = set(), (None, [])  # steps changed since the last write; (last step, names) written
+        self._new, self._written, self.axis = set(), (None, []), per  # steps changed since the last write; (last step, names) written; the first column
 
     def before_fit(self, trainer):
-        "Make sure the file can be written, before the first epoch (without rewriting the rows of earlier fits, or of the run a checkpoint resumes)"
+        "Make sure the file can be written, before the first epoch (without rewriting the rows of earlier fits, or of the run a checkpoint resumes); the first column is `step` in a run measured in steps"
+        axis = 'step' if self.per == 'epoch' and getattr(trainer, 'steps', None) is not None else self.per  # its rows are numbered by step
+        if axis != self.axis: self.axis, self._written = axis, (None, [])  # the header changes: the next flush rewrites the file
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if (self.rows or getattr(trainer, 'resuming', False)) and self.path.exists(): open(self.path, 'a').close()  # writable: an error now
         else: self._dirty = True; self.flush()
@@ -170,7 +172,7 @@ class CSVLogger(Logger):
             tmp = self.path.with_name(self.path.name + '.tmp')
             with open(tmp, 'w', newline='') as f:
                 w = csv.writer(f)
-                w.writerow([self.per, *self.names])
+                w.writerow([self.axis, *self.names])
                 w.writerows(row(s) for s in sorted(self.rows))
             os.replace(tmp, self.path)
         self._dirty, self._new, self._written = False, set(), (max(self.rows, default=None), list(self.names))

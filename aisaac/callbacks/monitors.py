@@ -20,9 +20,17 @@ def _record(trainer, values:dict, step:int, per:str):
     trainer.log(values, step=step, per=per)
 
 def _epoch_step(trainer):
-    "The run's epoch, as the history numbers epochs: one after the last per-epoch step recorded (0 in a new run)"
+    "The run's epoch, as the history numbers epochs: one after the last per-epoch step recorded (0 in a new run); read as a training pass starts"
     h = trainer.history
     return max((h.get_metric_steps(n)[-1] + 1 for n in h.metric_names), default=0)
+
+def _pass_step(trainer, epoch_step:int):
+    "The row of the per-epoch values of the training pass that just ended: in a run measured in steps, the optimizer step it ended at (the row of `MetricsCB`'s losses of that interval); else `epoch_step`"
+    return trainer.clock.step if trainer.steps is not None else epoch_step
+
+def _batch_step(trainer):
+    "The row of the training batch in progress: the batches the run's clock counted before it (numbered from 0, on across fits and after a resume)"
+    return trainer.clock.micro_step - 1
 
 def _batch_size(batch):
     "The number of samples in `batch`: the length of its first tensor"
@@ -77,7 +85,7 @@ class SpeedMonitorCB(Callback):
     def __init__(self, window_size:int=100, # batches in the moving window
                  sync:bool=False): # wait for the GPU at each batch end (a host sync per batch; exact per-batch times)
         if window_size < 1: raise ValueError(f"`window_size` must be at least 1 (got {window_size})")
-        self.window, self.sync, self.step = collections.deque(maxlen=window_size), sync, 0
+        self.window, self.sync = collections.deque(maxlen=window_size), sync
 
     def before_fit(self, trainer):
         "Start with an empty window"
@@ -105,8 +113,7 @@ class SpeedMonitorCB(Callback):
         if full or len(w) == w.maxlen:
             rec = {'samples_per_sec': self._n / self._secs, 'batches_per_sec': len(w) / self._secs}
             if self._tok: rec['tokens_per_sec'] = self._tok / self._secs
-            _record(trainer, rec, self.step, 'batch')
-        self.step += 1
+            _record(trainer, rec, _batch_step(trainer), 'batch')
 
     def after_train(self, trainer):
         "Record the pass's average throughput and its time"
@@ -114,14 +121,14 @@ class SpeedMonitorCB(Callback):
         if self.batches and secs > 0:
             rec = {'epoch_samples_per_sec': (s1 - s0) / secs, 'epoch_batches_per_sec': self.batches / secs}
             if t1 > t0: rec['epoch_tokens_per_sec'] = (t1 - t0) / secs
-            _record(trainer, rec | {'train_time': secs}, self.epoch_step, 'epoch')
+            _record(trainer, rec | {'train_time': secs}, _pass_step(trainer, self.epoch_step), 'epoch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
 class RuntimeEstimatorCB(Callback):
     "Estimate the seconds left in the fit after each training batch (`time_remaining`), from the time per batch so far"
     provides = ('time_remaining',)
     def __init__(self, skip_batches:int=1): # batches left out of the average at the start of each fit (warm-up)
-        self.skip, self.step, self.remaining = skip_batches, 0, None
+        self.skip, self.remaining = skip_batches, None
 
     def before_fit(self, trainer):
         "Count the batches the fit will train on (a run measured in steps: its steps times the batches per step)"
@@ -153,15 +160,14 @@ class RuntimeEstimatorCB(Callback):
             self.train_secs += secs
             valid_left = (trainer.n_epochs - trainer.epoch) * (self.valid_secs or 0.) if trainer.do_valid else 0.
             self.remaining = (self.total - self.done) * self.train_secs / (self.done - self.skip) + valid_left
-            _record(trainer, {'time_remaining': self.remaining}, self.step, 'batch')
-        self.step += 1
+            _record(trainer, {'time_remaining': self.remaining}, _batch_step(trainer), 'batch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #9cdd922d
 class GradNormCB(Callback):
     "Record the L2 norm of each parameter's gradient and the total (as `clip_grad_norm_` computes it) after each backward pass, on the device"
     provides = ('grad_norm*',)
     def __init__(self, per_layer:bool=True): # also record the norm of each parameter's gradient
-        self.per_layer, self.step, self.pending = per_layer, 0, []
+        self.per_layer, self.pending = per_layer, []
 
     def after_backward(self, trainer):
         "Compute the norms on the device and keep them in the history"
@@ -171,9 +177,9 @@ class GradNormCB(Callback):
         total = torch.linalg.vector_norm(norms)
         names = ['grad_norm'] + ([f'grad_norm/{n}' for n, _ in named] if self.per_layer else [])
         values = torch.cat([total[None], norms]) if self.per_layer else total[None]
-        trainer.history.update_metrics(dict(zip(names, values)), step=self.step, per='batch')
-        self.pending.append((self.step, names, values))
-        self.step += 1
+        step = _batch_step(trainer)
+        trainer.history.update_metrics(dict(zip(names, values)), step=step, per='batch')
+        self.pending.append((step, names, values))
 
     def cleanup_train(self, trainer):
         "Send the pass's norms to the loggers, read from the device at once"
@@ -209,7 +215,7 @@ class MemoryMonitorCB(Callback):
     "Record the process's resident memory and, on CUDA, allocated, reserved and peak memory (MiB) after each training pass"
     provides = ('rss_mib', 'cuda_*_mib')
     def __init__(self, every_n_batches:int=None): # also record every this many training batches
-        self.every, self.step = every_n_batches, 0
+        self.every = every_n_batches
 
     def _device(self, trainer):
         p = next(trainer.model.parameters(), None)
@@ -223,9 +229,8 @@ class MemoryMonitorCB(Callback):
     def after_batch(self, trainer):
         "Every `every_n_batches` training batches, record the memory"
         if not trainer.model.training: return
-        if self.every and self.step % self.every == 0: _record(trainer, memory_stats(self._device(trainer)), self.step, 'batch')
-        self.step += 1
+        if self.every and (step := _batch_step(trainer)) % self.every == 0: _record(trainer, memory_stats(self._device(trainer)), step, 'batch')
 
     def after_train(self, trainer):
         "Record the memory at the end of the training pass"
-        _record(trainer, memory_stats(self._device(trainer)), self.epoch_step, 'epoch')
+        _record(trainer, memory_stats(self._device(trainer)), _pass_step(trainer, self.epoch_step), 'epoch')
