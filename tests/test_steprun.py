@@ -44,3 +44,29 @@ def test_an_epoch_runs_csv_keeps_its_epoch_column(tmp_path):
     t.fit(2, lr=0.01)
     head, *rows = read_csv(tmp_path/'e.csv')
     assert head[0] == 'epoch' and [r[0] for r in rows] == ['0', '1'] and all('' not in r for r in rows)
+
+
+def test_a_step_runs_checkpoints_are_named_by_the_global_step(tmp_path):
+    t = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, every='2 steps', keep_last=None)], n_train=(3,) * 5)
+    t.fit(steps=8, valid_every=4, lr=0.01)
+    assert [p.name for p in checkpoints(tmp_path)] == [f'checkpoint_step_{s:06d}.pt' for s in (2, 4, 6, 8)]  # step 4's, after validation, replaces the one before
+    assert last_checkpoint(tmp_path).name == 'checkpoint_step_000008.pt'
+    # a second fit resumes from step 4 and goes on to step 8 as the first did
+    t2 = make_trainer([MetricsCB(show=False)], n_train=(3,) * 5)
+    t2.fit(steps=8, valid_every=4, lr=0.01, resume_from=tmp_path/'checkpoint_step_000004.pt')
+    assert t2.clock.step == 8 and t2.history.get_metric_values('valid_loss') == pytest.approx(t.history.get_metric_values('valid_loss'))
+
+
+def test_epoch_runs_keep_their_names_and_older_names_still_load_and_count(tmp_path):
+    t = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, keep_last=None)])
+    t.fit(2, lr=0.01)
+    assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0001_000000.pt', 'checkpoint_0002_000000.pt']
+    old = tmp_path/'checkpoint_0000_000004.pt'  # a step run's checkpoint named as aisaac named them before
+    s = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, every='2 steps', keep_last=3)], n_train=(3,) * 5)
+    s.fit(steps=4, valid_every=4, lr=0.01)
+    (tmp_path/'checkpoint_step_000004.pt').rename(old)
+    assert last_checkpoint(tmp_path) == old  # the newest, whatever its name
+    r = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, every='2 steps', keep_last=3)], n_train=(3,) * 5)
+    r.fit(steps=8, valid_every=4, lr=0.01, resume_from=last_checkpoint(tmp_path))
+    assert r.clock.step == 8 and last_checkpoint(tmp_path).name == 'checkpoint_step_000008.pt'
+    assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0000_000004.pt', 'checkpoint_step_000006.pt', 'checkpoint_step_000008.pt']

@@ -20,7 +20,12 @@ from ..checkpoint import _check_format
 from ..utils import try_print
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
-_ckpt_name = re.compile(r'checkpoint_\d+_\d+\.pt')
+_ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+)\.pt')  # by epoch and batch, or (a run measured in steps) by step
+
+def _file_name(trainer):
+    "The name of a checkpoint `trainer` writes now: by the global optimizer step in a run measured in steps, else by the point it resumes at"
+    epoch, batch = trainer.resume_point()  # (an error where there is no exact resume point)
+    return f'checkpoint_step_{trainer.clock.step:06d}.pt' if trainer.steps is not None else f'checkpoint_{epoch:04d}_{batch:06d}.pt'
 
 def checkpoints(dir): # a folder `CheckpointCB` writes to
     "The checkpoints `CheckpointCB` wrote in `dir`, oldest first"
@@ -91,9 +96,8 @@ class CheckpointCB(Callback):
         if due: self.save(trainer)
 
     def save(self, trainer): # the trainer whose checkpoint to write
-        "Write a checkpoint named by its resume point, then remove the oldest beyond `keep_last`; returns its path"
-        epoch, batch = trainer.resume_point()
-        self.last = trainer.save_checkpoint(self.dir/f'checkpoint_{epoch:04d}_{batch:06d}.pt')
+        "Write a checkpoint named by its resume point (by its step, in a run measured in steps), then remove the oldest beyond `keep_last`; returns its path"
+        self.last = trainer.save_checkpoint(self.dir/_file_name(trainer))
         if is_main_process():
             if self.keep_last:
                 for old in checkpoints(self.dir)[:-self.keep_last]: old.unlink(missing_ok=True)
@@ -128,8 +132,7 @@ class PreemptionCB(Callback):
         "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got)"
         if (agreed := trainer.__dict__.get('agreed_notice')) is not None: self.received = agreed or None  # the processes agreed on it
         if self.received is None or not trainer.do_train: return
-        epoch, batch = trainer.resume_point()
-        self.path = trainer.save_checkpoint(self.dir/f'checkpoint_{epoch:04d}_{batch:06d}.pt')
+        self.path = trainer.save_checkpoint(self.dir/_file_name(trainer))
         raise PreemptedException(f"preempted by {signal.Signals(self.received).name}: the checkpoint {self.path} resumes it")
 
     def cleanup_fit(self, trainer):
