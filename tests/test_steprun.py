@@ -7,6 +7,7 @@ from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
 from aisaac.callbacks.monitors import LRMonitorCB, SpeedMonitorCB, RuntimeEstimatorCB, GradNormCB, MemoryMonitorCB
 from aisaac.callbacks.savers import CheckpointCB, checkpoints, last_checkpoint
+import aisaac.callbacks.summary  # `trainer.summarize_model`
 
 
 def monitors(): return [SpeedMonitorCB(window_size=2), MemoryMonitorCB(every_n_batches=1), RuntimeEstimatorCB(), LRMonitorCB(), GradNormCB(per_layer=False)]
@@ -70,3 +71,54 @@ def test_epoch_runs_keep_their_names_and_older_names_still_load_and_count(tmp_pa
     r.fit(steps=8, valid_every=4, lr=0.01, resume_from=last_checkpoint(tmp_path))
     assert r.clock.step == 8 and last_checkpoint(tmp_path).name == 'checkpoint_step_000008.pt'
     assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0000_000004.pt', 'checkpoint_step_000006.pt', 'checkpoint_step_000008.pt']
+
+
+# ------------------------------------------------------------------------------------------------ summarize_model on a language model
+
+def lm_trainer(n_layer=2, d_model=32, T=16, vocab=64, B=4, **kw):
+    import types
+    from aisaac.models import GPT
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    g = torch.Generator().manual_seed(0)
+    def batch():
+        ids = torch.randint(0, vocab, (B, T + 1), generator=g)
+        return {'input_ids': ids[:, :-1], 'labels': ids[:, 1:]}
+    torch.manual_seed(0)
+    model = GPT(vocab, n_layer=n_layer, n_head=2, d_model=d_model, block_size=T)
+    return Trainer(types.SimpleNamespace(train=[batch(), batch()], valid=[batch()]), None, torch.optim.AdamW, model, callbacks=[BasicTrainCB(**kw)])
+
+
+def test_summarize_model_reads_a_dict_batch_as_the_trainer_does_and_counts_flops_per_token():
+    L, d, T, V, B = 2, 32, 16, 64, 4
+    t = lm_trainer(L, d, T, V, B)
+    s = t.summarize_model()  # was KeyError: 0
+    n = sum(p.numel() for p in t.model.parameters())
+    assert s.params == n and s.tokens == B * T
+    # the forward pass's matrix products per token: 2 x (12 d^2 per block + the tied head's V d) + attention's 4 T d per block
+    assert s.flops == B * T * (2 * (12 * d * d * L + V * d) + 4 * L * T * d)
+    assert s.flops_per_token == s.flops / (B * T) and s.train_flops_per_token == 3 * s.flops_per_token
+    # the usual estimate: 6N + 12 n_layer d_model T, N the parameters without the position embeddings (looked up, not multiplied)
+    N = n - T * d
+    assert s.estimate_flops_per_token == 6 * N + 12 * L * d * T
+    assert abs(s.estimate_flops_per_token / s.train_flops_per_token - 1) < 0.05  # biases and layer norms: the estimate's only extra
+    text = repr(s)
+    assert 'per token' in text and 'tokens per batch' in text.lower()
+
+
+def test_summarize_model_passes_the_inputs_the_trainers_train_callback_names():
+    "`BasicTrainCB(input_keys='input_ids')` with a `loss_func`: the model gets `input_ids` alone, as in training"
+    from aisaac.models import lm_loss
+    t = lm_trainer(input_keys='input_ids')
+    t.loss_func = lm_loss
+    s = t.summarize_model()
+    assert s.tokens == 4 * 16 and s.flops > 0
+    bad = lm_trainer(input_keys='ids')
+    bad.loss_func = lm_loss
+    with pytest.raises(KeyError, match='input_keys'): bad.summarize_model()  # the trainer's own error: the batch has no `ids`
+
+
+def test_summarize_model_on_an_image_batch_reports_no_tokens():
+    t = make_trainer()
+    s = t.summarize_model()
+    assert s.tokens == 0 and s.flops_per_token is None and 'per token' not in repr(s)

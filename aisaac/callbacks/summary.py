@@ -8,15 +8,17 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/summary.html.md"""
 __all__ = ['ModelSummary']
 
 # %% ../../nbs/callbacks/66_summary.ipynb #946aa92c
-import contextlib, random
+import collections.abc, contextlib, copy, random
 import numpy as np
 import torch
 from fastcore.basics import patch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from ..core.callback import Callback, CancelFitException, setting
 from ..trainer import Trainer
 from ..overview import CallbackSummary
 from .hooks import Hooks
+from .train import BasicTrainCB, _layout
+from ..clock import batch_counts
 from ..utils import to_device
 
 # %% ../../nbs/callbacks/66_summary.ipynb #090077ec
@@ -67,30 +69,86 @@ def _shape(x):
     return type(x).__name__
 
 class ModelSummary(CallbackSummary):
-    "Rows of (module, input shape, output shape, parameters, MFLOPs), and the totals; shows as a table"
+    "Rows of (module, input shape, output shape, parameters, MFLOPs), and the totals (per token too, for a language model); shows as a table"
     headers = ('module', 'input', 'output', 'params', 'MFLOPs')
     def __init__(self, rows, # the rows
                  params:int, # parameters of the model
                  trainable:int, # of which trainable
-                 flops:int): # floating-point operations of the model on the batch
+                 flops:int, # floating-point operations of the model's forward pass on the batch, as torch counts them
+                 tokens:int=0, # tokens in the batch (the elements of its `input_ids`); 0: not a batch of text
+                 estimate:int=None): # a language model's training FLOPs per token by the usual formula, 6N + 12 n_layer d_model T; `None`: unknown
         super().__init__(rows)
-        self.params, self.trainable, self.flops = params, trainable, flops
+        self.params, self.trainable, self.flops, self.tokens, self.estimate_flops_per_token = params, trainable, flops, tokens, estimate
+
+    @property
+    def flops_per_token(self):
+        "The forward pass's FLOPs per token of the batch, as counted (`None` for a batch without tokens)"
+        return self.flops / self.tokens if self.tokens else None
+
+    @property
+    def train_flops_per_token(self):
+        "A training step's FLOPs per token: 3 times the forward pass's (the backward pass costs about twice the forward)"
+        return None if self.flops_per_token is None else 3 * self.flops_per_token
+
     def totals(self):
-        "One line with the model's totals"
-        return f"Total params: {self.params:,} ({self.trainable:,} trainable); MFLOPs per batch: {self.flops / 1e6:,.1f}"
+        "The model's totals, and for a batch of text the FLOPs per token"
+        res = f"Total params: {self.params:,} ({self.trainable:,} trainable); MFLOPs per batch: {self.flops / 1e6:,.1f}"
+        if not self.tokens: return res
+        res += (f"\nTokens per batch: {self.tokens:,}; FLOPs per token: {self.flops_per_token:,.0f} forward (counted), "
+                f"{self.train_flops_per_token:,.0f} training (3 x forward)")
+        if self.estimate_flops_per_token: res += f"; the 6N + 12 n_layer d_model T estimate: {self.estimate_flops_per_token:,}"
+        return res
     def __repr__(self): return super().__repr__() + '\n\n' + self.totals()
     def _repr_markdown_(self): return super()._repr_markdown_() + '\n\n' + self.totals()
 
 def _n_params(m, trainable=False): return sum(p.numel() for p in m.parameters() if p.requires_grad or not trainable)
 
+def _counts():
+    "Formulas torch's `FlopCounterMode` lacks: attention on the CPU (`scaled_dot_product_attention`'s CPU kernel), counted as its GPU kernels are"
+    cpu, gpu = getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cpu', None), torch.ops.aten._scaled_dot_product_flash_attention
+    if cpu is None or cpu in flop_registry or gpu not in flop_registry: return {}
+    count = lambda *args, **kwargs: flop_registry[gpu](*args, **kwargs)
+    count._get_raw = True  # torch's formula already reads the shapes of the tensors
+    return {cpu: count}
+
+def _forward(trainer, batch):
+    "How the trainer's `BasicTrainCB` (its `n_inp`, `input_keys`, `target_key`; the defaults without one) runs the model on `batch`: `forward(model, batch)`"
+    cb = copy.copy(next((c for c in trainer.cbs if isinstance(c, BasicTrainCB)), None) or BasicTrainCB())
+    cb._own = trainer.loss_func is None  # as its first `predict` of a pass sets it: a model that computes its own loss gets the whole batch
+    if isinstance(batch, torch.Tensor): return lambda m, b: m(b)  # inputs alone
+    if isinstance(batch, (tuple, list)) and len(batch) <= cb.n_inp and not cb._own: return lambda m, b: m(*b)  # inputs alone, no targets
+    return _layout(cb, batch)[1]
+
+def _lm_shape(model):
+    "`(n_layer, d_model)` of a transformer language model: a Hugging Face model's config, or aisaac's `GPT`; `None` for other models"
+    cfg = getattr(model, 'config', None)
+    n_layer = next((v for k in ('num_hidden_layers', 'n_layer', 'num_layers') if isinstance(v := getattr(cfg, k, None), int)), None)
+    d_model = next((v for k in ('hidden_size', 'n_embd', 'd_model') if isinstance(v := getattr(cfg, k, None), int)), None)
+    if n_layer is None and isinstance(getattr(model, 'blocks', None), torch.nn.Sequential) and hasattr(model, 'tok_emb'):
+        n_layer, d_model = len(model.blocks), model.tok_emb.embedding_dim
+    return (n_layer, d_model) if n_layer and d_model else None
+
+def _matmul_params(model):
+    "The parameters that enter matrix products: all but the embeddings only looked up (a position embedding); a token embedding tied to the output layer counts once"
+    multiplied = {id(m.weight) for m in model.modules() if not isinstance(m, torch.nn.Embedding) and isinstance(getattr(m, 'weight', None), torch.Tensor)}
+    looked_up = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)} - multiplied
+    return sum(p.numel() for p in model.parameters() if id(p) not in looked_up)
+
+def _estimate(model, batch):
+    "A language model's training FLOPs per token, 6N + 12 n_layer d_model T (N: `_matmul_params`, T: the batch's sequence length), or `None`"
+    ids = batch.get('input_ids') if isinstance(batch, collections.abc.Mapping) else None
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2 or (shape := _lm_shape(model)) is None: return None
+    return 6 * _matmul_params(model) + 12 * shape[0] * shape[1] * ids.shape[1]
+
 @patch
 def summarize_model(self:Trainer, depth:int=None, # show modules down to this level of nesting; default all
-                    batch=None): # the batch to run (a tuple whose first element is the input); default `peek_batch()`
-    "A table of the model's modules with their input and output shapes, parameters and MFLOPs on one batch, without training"
+                    batch=None): # the batch to run, as the loader gives it (a tuple, a dict); default `peek_batch()`
+    "A table of the model's modules with their input and output shapes, parameters and MFLOPs on one batch, without training; per token, for a batch of text"
     with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
-        xb = (self.peek_batch() if batch is None else batch)[0]
+        batch = self.peek_batch() if batch is None else batch
+        forward, tokens = _forward(self, batch), batch_counts(batch)[1]  # the model's inputs, read as `BasicTrainCB` reads them
         params = next(self.model.parameters(), None)
-        if params is not None: xb = to_device(xb, params.device)
+        if params is not None: batch = to_device(batch, params.device)
         named = [(n, m) for n, m in self.model.named_modules() if n and (depth is None or n.count('.') < depth)]
         shapes = {}
         def keep(hook, module, inp, outp): shapes.setdefault(hook.name, (_shape(inp), _shape(outp)))
@@ -98,12 +156,12 @@ def summarize_model(self:Trainer, depth:int=None, # show modules down to this le
         self.model.eval()
         try:
             with _same_random_state(), torch.no_grad(), Hooks([m for _, m in named], keep, [n for n, _ in named]), \
-                 FlopCounterMode(display=False, depth=None) as counter:
-                self.model(xb)
+                 FlopCounterMode(display=False, depth=None, custom_mapping=_counts()) as counter:
+                forward(self.model, batch)
         finally: self.model.train(was_training)
         flops = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
         rows = [('  ' * n.count('.') + f"{n} {type(m).__name__}", *shapes.get(n, ('-', '-')), f"{_n_params(m):,}", f"{flops.get(f'{root}.{n}', 0) / 1e6:.2f}")
                 for n, m in named]
-        return ModelSummary(rows, _n_params(self.model), _n_params(self.model, trainable=True), counter.get_total_flops())
+        return ModelSummary(rows, _n_params(self.model), _n_params(self.model, trainable=True), counter.get_total_flops(), tokens, _estimate(self.model, batch))
 
 Trainer.summary = Trainer.summarize_model  # miniai's name
