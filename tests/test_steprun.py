@@ -122,3 +122,15 @@ def test_summarize_model_on_an_image_batch_reports_no_tokens():
     t = make_trainer()
     s = t.summarize_model()
     assert s.tokens == 0 and s.flops_per_token is None and 'per token' not in repr(s)
+
+
+def test_in_a_step_run_epoch_numbers_the_intervals_and_the_clock_counts_the_loaders_epochs():
+    "As 21_clock says: `trainer.epoch` is the interval of `valid_every` steps, `n_epochs` their number, `clock.epoch` the loader's epochs"
+    from aisaac.core.callback import Callback
+    class Seen(Callback):
+        def before_fit(self, t): self.epochs = []
+        def before_epoch(self, t):
+            if t.training: self.epochs.append((t.epoch, t.clock.step, t.clock.epoch))
+    t = make_trainer([seen := Seen()], n_train=(3,) * 4)  # 4 batches a loader epoch
+    t.fit(steps=10, valid_every=4, lr=0.01)
+    assert seen.epochs == [(0, 0, 0), (1, 4, 0), (2, 8, 1)]  # an epoch of the loader is counted when the next one starts and t.n_epochs == 3 and (t.clock.epoch, t.clock.step) == (2, 10)
