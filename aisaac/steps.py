@@ -93,12 +93,12 @@ class StepRuns:
         else: scheduler.step(metric)
 
     def planned_steps(self):
-        "The optimizer steps this fit takes: `steps`, or its epochs times the training batches per epoch over `clock.batches_per_step`"
+        "The optimizer steps this fit applies: `steps`, or its training batches (epochs times batches per epoch) over `clock.batches_per_step`, rounded down"
         if self.steps is not None: return self.steps
         try: n = len(self.dls.train)
         except TypeError:
             raise TypeError(f"The training loader ({type(self.dls.train).__name__}) has no len(), so the steps of a fit of {self.n_epochs} epochs "
                             f"are not known: fit with `steps=` instead, or give the scheduler its length") from None
-        return self.n_epochs * math.ceil(n / self.clock.batches_per_step)
+        return self.n_epochs * n // self.clock.batches_per_step  # accumulation counts batches across epochs, and drops the fit's leftover
 
 _counts = {'before_predict': _count_batch, 'after_step': _count_step, 'after_epoch': _count_epoch}
