@@ -63,6 +63,7 @@ class StepRuns:
                   **args): # the rest of `fit`'s arguments
         "The passes of this fit: `n_epochs`, or passes of `valid_every` optimizer steps until `steps` are taken; the clock runs"
         self.steps, self._stream = steps, None
+        self.clock.batches_per_step = 1  # a fit takes a step per batch unless a callback says otherwise in `before_fit` (`GradAccumCB`)
         self.valid_every = None if steps is None else steps if valid_every is None else int(Every(valid_every).n)
         super().start_fit(**args)
         if steps is not None:

@@ -190,3 +190,11 @@ def test_one_cycle_is_sized_by_the_applied_steps_under_accumulation(fit):
     t, lrs = _accumulating(sched := OneCycleSchedulerCB(), **fit)
     assert sched.scheduler.total_steps == t.clock.step == len(lrs) == 5
     assert lrs[-1] == pytest.approx(0.1 / 25 / 1e4)
+
+def test_a_fit_after_one_that_accumulated_plans_its_own_steps():
+    "GradAccumCB for one fit only: the next fit, without it, plans a step per batch (batches_per_step went back to 1)"
+    from aisaac.callbacks.gradients import GradAccumCB
+    t = trainer()
+    t.fit(2, callbacks=[GradAccumCB(4)], valid=False)
+    t.fit(2, callbacks=[sched := OneCycleSchedulerCB()], valid=False)
+    assert t.planned_steps() == sched.scheduler.total_steps == 2 * N_TRAIN and t.clock.step == 2 + 2 * N_TRAIN
