@@ -63,6 +63,7 @@ class StepRuns:
                   **args): # the rest of `fit`'s arguments
         "The passes of this fit: `n_epochs`, or passes of `valid_every` optimizer steps until `steps` are taken; the clock runs"
         self.steps, self._stream = steps, None
+        self.clock.batches_per_step = 1  # a fit takes a step per batch unless a callback says otherwise in `before_fit` (`GradAccumCB`)
         self.valid_every = None if steps is None else steps if valid_every is None else int(Every(valid_every).n)
         super().start_fit(**args)
         if steps is not None:
@@ -93,12 +94,12 @@ class StepRuns:
         else: scheduler.step(metric)
 
     def planned_steps(self):
-        "The optimizer steps this fit takes: `steps`, or its epochs times the training batches per epoch over `clock.batches_per_step`"
+        "The optimizer steps this fit applies: `steps`, or its training batches (epochs times batches per epoch) over `clock.batches_per_step`, rounded down"
         if self.steps is not None: return self.steps
         try: n = len(self.dls.train)
         except TypeError:
             raise TypeError(f"The training loader ({type(self.dls.train).__name__}) has no len(), so the steps of a fit of {self.n_epochs} epochs "
                             f"are not known: fit with `steps=` instead, or give the scheduler its length") from None
-        return self.n_epochs * math.ceil(n / self.clock.batches_per_step)
+        return self.n_epochs * n // self.clock.batches_per_step  # accumulation counts batches across epochs, and drops the fit's leftover
 
 _counts = {'before_predict': _count_batch, 'after_step': _count_step, 'after_epoch': _count_epoch}

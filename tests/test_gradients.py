@@ -138,3 +138,154 @@ def test_clip_sees_unscaled_float16_gradients():
                                        (lambda: GradClipCB('1'), 'max_norm must be a positive number')])
 def test_bad_arguments(make, msg):
     with pytest.raises(ValueError, match=msg): make()
+
+# ---------------------------------------------------------------- trainer.sync_gradients: whether a step follows the backward
+def test_sync_gradients_says_whether_a_step_follows_the_backward():
+    "Read at each training backward; True exactly on the batches whose step is applied; absent without GradAccumCB and after the fit"
+    seen = []
+    class Rec(Callback):
+        order = 100
+        def backward(self, t): seen.append([getattr(t, 'sync_gradients', 'absent'), False])
+        def after_step(self, t): seen[-1][1] = True
+    _, t = fit(16, GradAccumCB(3), Rec(), epochs=2)  # 8 batches: steps after batches 3 and 6
+    assert [s for s, _ in seen] == [False, False, True] * 2 + [False, False]
+    assert all(s == stepped for s, stepped in seen) and not hasattr(t, 'sync_gradients')
+    seen.clear()
+    fit(16, Rec())
+    assert seen == [['absent', True]] * 4
+
+# ---------------------------------------------------------------- a checkpoint inside an accumulation window resumes exactly
+from aisaac.models import GPT, lm_loss
+from aisaac.callbacks.savers import CheckpointCB, checkpoints
+from checkpoint_run import make_trainer, result
+
+def _lm_batches(lengths, vocab=50, shift=False, seed=0):
+    """Micro-batches of right-padded rows of the given lengths: `input_ids` (0 on the padding) and `labels` (-100 there);
+    `shift`: the labels are the inputs (Hugging Face's convention), else the next tokens"""
+    g, res = torch.Generator().manual_seed(seed), []
+    for rows in lengths:
+        T = max(rows)
+        ids, labels = torch.zeros(len(rows), T, dtype=torch.long), torch.full((len(rows), T), -100)
+        for i, n in enumerate(rows):
+            ids[i, :n] = torch.randint(1, vocab, (n,), generator=g)
+            labels[i, :n] = ids[i, :n] if shift else torch.randint(0, vocab, (n,), generator=g)
+        res.append({'input_ids': ids, 'labels': labels})
+    return res
+
+def _one_batch(batches):
+    "The micro-batches as one batch, padded to the longest row"
+    T = max(b['input_ids'].shape[1] for b in batches)
+    pad = lambda x, v: nn.functional.pad(x, (0, T - x.shape[1]), value=v)
+    return {'input_ids': torch.cat([pad(b['input_ids'], 0) for b in batches]), 'labels': torch.cat([pad(b['labels'], -100) for b in batches])}
+
+class TokenLM(nn.Module):
+    "Each position's scores from its own token only: padding cannot change the real positions"
+    def __init__(self, vocab=50): super().__init__(); self.emb, self.out = nn.Embedding(vocab, 16), nn.Linear(16, vocab)
+    def forward(self, x): return self.out(torch.tanh(self.emb(x)))
+
+LENGTHS = [[8, 3], [5, 5], [2, 7], [6, 1]]  # 11, 10, 9 and 7 real tokens
+
+@pytest.mark.parametrize('kind', ['classes', 'tokens'])
+def test_a_checkpoint_inside_a_window_resumes_bit_identical(tmp_path, kind):
+    "GradAccumCB(4), 13 batches an epoch, checkpoints after batch 6 (2 into a window) and at the end of epoch 0 (1 into one)"
+    every = lambda d: CheckpointCB(d, every_n_batches=6, keep_last=None)
+    if kind == 'classes':
+        make = lambda d: make_trainer(callbacks=[GradAccumCB(4), every(d)])  # dropout, AdamW, one-cycle, metrics
+    else:
+        batches = _lm_batches([[3 + (i * 5) % 7, 2 + (i * 3) % 6] for i in range(13)])
+        def make(d):
+            torch.manual_seed(0)
+            dls = DataLoaders(batches, batches[:3])
+            return Trainer(dls, lm_loss, torch.optim.AdamW, TokenLM(), callbacks=[BasicTrainCB(), MetricsCB(), GradAccumCB(4), every(d)])
+    straight = make(tmp_path/'a')
+    straight.fit(3)
+    files = checkpoints(tmp_path/'a')
+    for name, at in (('checkpoint_0000_000006.pt', 2), ('checkpoint_0001_000000.pt', 1)):
+        ckpt = tmp_path/'a'/name
+        assert ckpt in files
+        state = torch.load(ckpt, weights_only=True)['callbacks']['GradAccumCB']
+        assert state['position'] == at and state['grads'] and (state['tokens'] is not None) == (kind == 'tokens')
+        resumed = make(tmp_path/name)
+        resumed.fit(3, resume_from=ckpt)
+        a, b = straight.model.state_dict(), resumed.model.state_dict()
+        for k in a: assert torch.equal(a[k], b[k]), (name, k)
+        assert resumed.clock.step == straight.clock.step == 39 // 4
+        if kind == 'classes': assert result(resumed)['history'] == result(straight)['history']
+
+def test_a_resumed_run_of_steps_inside_a_window_is_bit_identical(tmp_path):
+    "fit(steps=9) at 4 batches a step over 13-batch epochs; a checkpoint every 10 batches (clock) falls inside windows"
+    make = lambda d: make_trainer(callbacks=[GradAccumCB(4), CheckpointCB(d, every_n_epochs=None, every='10 batches', keep_last=None)])
+    straight = make(tmp_path/'a')
+    straight.fit(steps=9, valid_every=4)
+    for ckpt in checkpoints(tmp_path/'a')[:3]:  # after batches 10, 20 and 30: 2, 0 and 2 into a window
+        resumed = make(tmp_path/ckpt.name)
+        resumed.fit(steps=9, valid_every=4, resume_from=ckpt)
+        a, b = straight.model.state_dict(), resumed.model.state_dict()
+        for k in a: assert torch.equal(a[k], b[k]), (ckpt.name, k)
+        assert resumed.clock.micro_step == straight.clock.micro_step == 36
+
+# ---------------------------------------------------------------- token-weighted accumulation: the step of one batch of all the tokens
+def _grads_and_weights(model, loss_func, batches, *cbs, lr=0.5):
+    "The gradients at the one step of a fit on `batches` (SGD), and the weights after it"
+    grads = Grads()
+    t = Trainer(DataLoaders(batches, batches[:1]), loss_func, torch.optim.SGD, model, callbacks=[BasicTrainCB(), grads, *cbs])
+    t.fit(1, lr=lr, valid=False)
+    assert len(grads.at_step) == 1
+    return grads.at_step[0], torch.cat([p.detach().flatten() for p in model.parameters()])
+
+def _tiny_gpt(): torch.manual_seed(0); return GPT(vocab_size=50, block_size=16, n_layer=1, n_head=2, d_model=16, dropout=0.)
+
+def _tiny_hf():
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=1, n_head=2, resid_pdrop=0., embd_pdrop=0., attn_pdrop=0.)
+    return transformers.GPT2LMHeadModel(cfg)
+
+@pytest.mark.parametrize('path', ['lm_loss', 'GPT', 'huggingface'])
+def test_token_weighted_accumulation_equals_one_big_batch(path):
+    "4 padded micro-batches of 11, 10, 9 and 7 tokens (shifted: 9, 8, 7, 5), accumulated, give the big batch's gradients and step"
+    batches = _lm_batches(LENGTHS, shift=path == 'huggingface')
+    make = {'lm_loss': lambda: (torch.manual_seed(0), TokenLM())[1], 'GPT': _tiny_gpt, 'huggingface': _tiny_hf}[path]
+    loss_func = lm_loss if path == 'lm_loss' else None
+    big_g, big_w = _grads_and_weights(make(), loss_func, [_one_batch(batches)])
+    acc_g, acc_w = _grads_and_weights(make(), loss_func, batches, GradAccumCB(4))
+    assert torch.allclose(acc_g, big_g, atol=1e-6, rtol=1e-4) and torch.allclose(acc_w, big_w, atol=1e-6, rtol=1e-5)
+    equal_g, _ = _grads_and_weights(make(), loss_func, batches, GradAccumCB(4))
+    assert torch.equal(equal_g, acc_g)  # deterministic
+
+@pytest.mark.parametrize('how', ['micro', 'micro and accumulation'])
+def test_token_weighted_micro_batches_equal_one_big_batch(how):
+    "MicroBatchCB cuts a batch of 37 tokens in 4 (11, 10, 9, 7), alone or under GradAccumCB(2) on 2 batches: each token counts once"
+    batches = _lm_batches(LENGTHS)
+    mk = lambda: (torch.manual_seed(0), TokenLM())[1]
+    big_g, big_w = _grads_and_weights(mk(), lm_loss, [_one_batch(batches)])
+    if how == 'micro': g, w = _grads_and_weights(mk(), lm_loss, [_one_batch(batches)], MicroBatchCB(4))
+    else: g, w = _grads_and_weights(mk(), lm_loss, [_one_batch(batches[:2]), _one_batch(batches[2:])], MicroBatchCB(2), GradAccumCB(2))
+    assert torch.allclose(g, big_g, atol=1e-6, rtol=1e-4) and torch.allclose(w, big_w, atol=1e-6, rtol=1e-5)
+    losses = []
+    class Loss(Callback):
+        def after_batch(self, t): losses.append(t.loss.item())
+    _grads_and_weights(mk(), lm_loss, [_one_batch(batches)], MicroBatchCB(4), Loss())
+    model = mk()
+    assert losses == pytest.approx([lm_loss(model(_one_batch(batches)['input_ids']), _one_batch(batches)['labels']).item()], rel=1e-6)
+
+def test_token_weighted_accumulation_across_processes_equals_one_big_batch(tmp_path):
+    "2 processes (torchrun, gloo, DDP), 2 micro-batches each of 11 and 10, and 9 and 7 tokens: the step of one batch of all 37 tokens"
+    import subprocess, sys
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', __file__, str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    _, big_w = _grads_and_weights((torch.manual_seed(0), TokenLM())[1], lm_loss, [_one_batch(_lm_batches(LENGTHS))])
+    for r in range(2): assert torch.allclose(torch.load(tmp_path/f'weights_{r}.pt'), big_w, atol=1e-6, rtol=1e-5)
+
+if __name__ == '__main__':  # one process of the test above, under torchrun
+    import sys
+    from pathlib import Path
+    from torch import distributed as dist
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(TokenLM())
+    _grads_and_weights(model, lm_loss, _lm_batches(LENGTHS)[2 * rank:2 * rank + 2], GradAccumCB(2))
+    torch.save(torch.cat([p.detach().flatten() for p in model.module.parameters()]), Path(sys.argv[1])/f'weights_{rank}.pt')
+    dist.destroy_process_group()

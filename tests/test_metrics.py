@@ -125,3 +125,48 @@ def test_metrics_move_to_the_models_device_before_a_pass_never_inside_a_batch():
         # one move per fit (train_metrics: the training copy is moved too, with the others, before the first training pass)
         assert moves and all(d == torch.device('cpu') and not inb for d, inb, _ in moves), moves
         assert {tr for _, _, tr in moves} == {first} and len(moves) == (2 if train_metrics else 1), moves
+
+
+def _padded_lm_batches(lengths, vocab=20, seed=0):
+    "Right-padded rows with Hugging Face's labels: the `input_ids` themselves, -100 on the padding"
+    g, res = torch.Generator().manual_seed(seed), []
+    for rows in lengths:
+        ids, labels = torch.zeros(len(rows), max(rows), dtype=torch.long), torch.full((len(rows), max(rows)), -100)
+        for i, n in enumerate(rows): ids[i, :n] = labels[i, :n] = torch.randint(1, vocab, (n,), generator=g)
+        res.append({'input_ids': ids, 'labels': labels})
+    return res
+
+
+class ShiftingLM(nn.Module):
+    "A model that computes its own loss as a Hugging Face causal LM does: position t predicts labels[t + 1]"
+    shifts_labels = True
+    def __init__(self, vocab=20): super().__init__(); self.emb = nn.Embedding(vocab, vocab)
+    def forward(self, input_ids, labels):
+        logits = self.emb(input_ids)
+        return {'loss': nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100), 'logits': logits}
+
+
+def _hand_loss(model, batches):
+    "The validation loss by hand: every predicted token's loss (a row of n labels predicts n-1), over their number"
+    with torch.no_grad():
+        losses = [nn.functional.cross_entropy(model(**b)['logits'][:, :-1].flatten(0, 1), b['labels'][:, 1:].flatten(), reduction='none')
+                  for b in batches]
+        kept = [l[b['labels'][:, 1:].flatten() != -100] for l, b in zip(losses, batches)]
+    return torch.cat(kept).mean().item()
+
+
+@pytest.mark.parametrize('model', ['own', 'huggingface'])
+def test_the_loss_of_a_model_that_shifts_its_labels_counts_n_minus_1_tokens_a_row(model):
+    "Padded batches of very different lengths: the validation loss (and so the perplexity) is the token-weighted mean over predicted tokens"
+    batches = _padded_lm_batches([[9, 2], [3], [12, 11, 2], [2, 2]])
+    torch.manual_seed(0)
+    if model == 'own': m = ShiftingLM()
+    else:
+        transformers = pytest.importorskip('transformers')
+        cfg = transformers.GPT2Config(vocab_size=20, n_positions=16, n_embd=16, n_layer=1, n_head=2, resid_pdrop=0., embd_pdrop=0., attn_pdrop=0.)
+        m = transformers.GPT2LMHeadModel(cfg)
+        m.forward = (lambda f: lambda **kw: dict(f(**kw)))(m.forward)  # the output as a dict, for `_hand_loss`
+    t = Trainer(SimpleNamespace(train=batches, valid=batches), None, torch.optim.SGD, m, callbacks=[BasicTrainCB(), MetricsCB(show=False)])
+    t.fit(1, lr=0.1, train=False)
+    m.eval()
+    assert t.MetricsCB.losses_epoch[-1]['valid'] == pytest.approx(_hand_loss(m, batches), rel=1e-6)

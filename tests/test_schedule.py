@@ -166,3 +166,35 @@ def test_a_plateau_lowers_the_lr_and_a_missing_metric_is_an_error():
     with pytest.raises(ValueError, match="PlateauSchedulerCB needs 'valid_acc', which none of the callbacks"): tiny.make_trainer([MetricsCB(), PlateauSchedulerCB('valid_acc')]).fit(1)
     with pytest.raises(TypeError, match='use `PlateauSchedulerCB'):
         tiny.make_trainer([EpochSchedulerCB(torch.optim.lr_scheduler.ReduceLROnPlateau)]).fit(1)
+
+# ---------------------------------------------------------------- under gradient accumulation the schedules end where they say
+def _accumulating(sched, **fit):
+    "2 epochs of 10 batches (or a run of steps) at 4 batches a step: windows cross the epochs, 20 batches make 5 steps"
+    from aisaac.callbacks.gradients import GradAccumCB
+    from aisaac.callbacks.monitors import LRMonitorCB
+    t = make_trainer([GradAccumCB(4), sched, rec := LRMonitorCB()], opt_func=partial(torch.optim.SGD, momentum=0.9), n_train=(4,) * 10)
+    t.fit(**fit, lr=0.1, valid=False)
+    return t, rec.recs['lr']
+
+@pytest.mark.parametrize('fit', [{'n_epochs': 2}, {'steps': 5}])
+def test_warmup_cosine_ends_exactly_at_its_final_lr_under_accumulation(fit):
+    from aisaac.callbacks.schedule import WarmupCosineSchedulerCB, warmup_cosine
+    t, lrs = _accumulating(sched := WarmupCosineSchedulerCB(warmup=1, final=0.1), **fit)
+    assert t.planned_steps() == sched.total == t.clock.step == len(lrs) == 5 and t.clock.micro_step == 20
+    assert t.opt.param_groups[0]['lr'] == pytest.approx(0.01, rel=1e-9)  # after the last step: lr * final (0.0186 when 6 were planned)
+    assert lrs == pytest.approx([0.1 * warmup_cosine(i, 5, 1, 0.1) for i in range(5)])
+
+@pytest.mark.parametrize('fit', [{'n_epochs': 2}, {'steps': 5}])
+def test_one_cycle_is_sized_by_the_applied_steps_under_accumulation(fit):
+    "Its last applied step is the cycle's last: the LR at its lowest, max_lr / div_factor / final_div_factor"
+    t, lrs = _accumulating(sched := OneCycleSchedulerCB(), **fit)
+    assert sched.scheduler.total_steps == t.clock.step == len(lrs) == 5
+    assert lrs[-1] == pytest.approx(0.1 / 25 / 1e4)
+
+def test_a_fit_after_one_that_accumulated_plans_its_own_steps():
+    "GradAccumCB for one fit only: the next fit, without it, plans a step per batch (batches_per_step went back to 1)"
+    from aisaac.callbacks.gradients import GradAccumCB
+    t = trainer()
+    t.fit(2, callbacks=[GradAccumCB(4)], valid=False)
+    t.fit(2, callbacks=[sched := OneCycleSchedulerCB()], valid=False)
+    assert t.planned_steps() == sched.scheduler.total_steps == 2 * N_TRAIN and t.clock.step == 2 + 2 * N_TRAIN

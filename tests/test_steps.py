@@ -78,11 +78,11 @@ def test_float16_skipped_steps_fire_step_skipped_and_do_not_count():
     assert len(lr.recs['lr']) == n - 2 and t.history.get_metric_steps('lr', per='batch') == list(range(n - 2))
 
 def test_one_cycle_follows_the_applied_steps_under_accumulation():
-    "Its length is the fit's optimizer steps (batches / 3), and it moves once per applied step: the LR at each step is OneCycleLR's"
+    "Its length is the fit's applied optimizer steps (26 batches over 2 epochs // 3 = 8: windows cross epochs, the leftover is dropped), and it moves once per applied step"
     t = make_trainer(callbacks=[GradAccumCB(3), lr := LRMonitorCB()])  # make_trainer has OneCycleSchedulerCB
     t.fit(2, lr=0.01, valid=False)
-    n_steps = 2 * math.ceil(len(t.dls.train) / 3)
-    assert t.OneCycleSchedulerCB.scheduler.total_steps == n_steps == t.planned_steps()
+    n_steps = 2 * len(t.dls.train) // 3
+    assert t.OneCycleSchedulerCB.scheduler.total_steps == n_steps == t.planned_steps() == t.clock.step == 8
     opt = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=0.01)
     ref = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=n_steps)
     want = []

@@ -10,41 +10,120 @@ __all__ = ['GradAccumCB', 'MicroBatchCB', 'GradClipCB']
 # %% ../../nbs/callbacks/53_gradients.ipynb #c01baf4d
 import torch
 from ..core.callback import Callback, CancelBackwardException, CancelStepException
+from .train import BasicTrainCB
+from ..persist import unwrap_model
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #7d893d52
 def _scale_grad(loss, factor):
-    "Multiply the gradient that backward sends from `loss` by `factor` (`loss` is unchanged)"
-    if factor != 1: loss.register_hook(lambda g: g * factor)
+    "Multiply the gradient that backward sends from `loss` by `factor`, a number or a tensor on the device (`loss` is unchanged)"
+    if isinstance(factor, torch.Tensor): loss.register_hook(lambda g: g * factor.to(g.dtype))
+    elif factor != 1: loss.register_hook(lambda g: g * factor)
+
+def _trainer_cb(trainer):
+    "The `BasicTrainCB` (or subclass) among the callbacks, which knows what a batch's loss is a mean over; `None` without one"
+    return next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
+
+def _loss_items(trainer, batch=None):
+    "What the loss of `trainer.batch` (or of `batch`) is a mean over, as `BasicTrainCB.loss_items` counts: samples, or tokens (a tensor)"
+    cb = _trainer_cb(trainer)
+    return None if cb is None else cb.loss_items(trainer, batch=batch)
 
 def _check_count(n, name, what):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{name} must be a positive integer, the number of {what} (got {n!r}): e.g. {name}=4; 1 changes nothing")
 
+def _averaging():
+    "The processes whose gradients DDP, FSDP or Accelerate average at each backward (torch.distributed's group), `None` when there is one"
+    d = torch.distributed
+    return d if d.is_available() and d.is_initialized() and d.get_world_size() > 1 else None
+
 class GradAccumCB(Callback):
-    "Step the optimizer every `n_batches` training batches, each loss counting 1/n_batches: the gradients of an n times larger batch"
+    "Step the optimizer every `n_batches` training batches, with the gradients one batch of all of them would give (batches of samples of one size, or of tokens: each token counts once)"
     order = -10  # in `before_step`, before the gradients are unscaled (`MixedPrecisionCB`) or clipped (`GradClipCB`)
     def __init__(self, n_batches:int): # the number of batches whose gradients make one step
         _check_count(n_batches, 'n_batches', 'batches per optimizer step')
-        self.n_batches, self.count = n_batches, 0
+        self.n_batches, self.count, self.tokens, self.scale, self._grads, self._trainer, self._factor = n_batches, 0, None, None, None, None, None
 
     def before_fit(self, trainer):
         "Start counting; tell the clock how many batches make a step (schedulers plan the run's steps with it)"
-        self.count = 0
+        self.count, self.tokens, self.scale, self._grads, self._trainer = 0, None, None, None, trainer
         trainer.clock.batches_per_step = self.n_batches
 
+    def before_batch(self, trainer):
+        "Set `trainer.sync_gradients`: whether an optimizer step follows this training batch's backward"
+        self._factor = None  # the batch's weight, set at its first backward
+        if trainer.model.training: trainer.sync_gradients = (self.count + 1) % self.n_batches == 0
+
     def before_backward(self, trainer):
-        "Make this batch's gradients count 1/n_batches"
-        _scale_grad(trainer.loss, 1 / self.n_batches)
+        "Weigh this batch's gradients: 1/n_batches, or for a batch of tokens its tokens over a fixed scale (the step divides by the window's tokens)"
+        if self._grads is not None: self._put_back(trainer)
+        if self._factor is None: self._factor = self._weigh(trainer)  # once a batch (`MicroBatchCB` runs a backward per microbatch)
+        _scale_grad(trainer.loss, self._factor)
+
+    def _weigh(self, trainer):
+        "The batch's weight; a batch of tokens adds its tokens (every process's) to the window's"
+        micro = next((cb for cb in trainer.cbs if isinstance(cb, MicroBatchCB) and cb._full is not None), None)  # splitting this batch
+        items = micro._full_items if micro is not None else _loss_items(trainer)
+        if not isinstance(items, torch.Tensor): return 1 / self.n_batches  # samples (or no `BasicTrainCB`): batches of a size count alike
+        if self.scale is None:
+            batch = trainer.batch if micro is None else micro._full
+            self.scale = self._agree(self.n_batches * _trainer_cb(trainer).targets(batch)[0].numel(), items.device)
+        factor = items / self.scale  # this process's tokens; the window's total (every process's) divides the sum at the step
+        if (d := _averaging()) is not None: d.all_reduce(items := items.clone())
+        self.tokens = items if self.tokens is None else self.tokens.to(items.device) + items
+        return factor
+
+    def _agree(self, scale, device):
+        "The scale of the token weights, the same on every process (the largest): DDP averages the weighted gradients"
+        if (d := _averaging()) is None: return float(scale)
+        t = torch.tensor(float(scale), device=device)
+        d.all_reduce(t, op=d.ReduceOp.MAX)
+        return t.item()
 
     def before_step(self, trainer):
-        "Skip the step and the zeroing of the gradients, except on every `n_batches`-th batch"
+        "Skip the step and the zeroing of the gradients, except on every `n_batches`-th batch; then divide token-weighted gradients by the window's tokens"
         self.count += 1
         if k := self.count % self.n_batches:
             raise CancelStepException(f"gradient accumulation: batch {k} of {self.n_batches}, the step comes after batch {self.n_batches}")
+        if self.tokens is None: return
+        world = 1 if (d := _averaging()) is None else d.get_world_size()  # DDP divided the sum by the processes: the tokens are everyone's
+        factor, self.tokens = self.scale * world / self.tokens.clamp(min=1), None
+        grads = [p.grad for g in trainer.opt.param_groups for p in g['params'] if p.grad is not None]
+        if grads: torch._foreach_mul_(grads, factor.to(grads[0].device))
 
     def cleanup_fit(self, trainer):
-        "Drop the gradients of the batches left over at the end of the fit"
+        "Drop the gradients of the batches left over at the end of the fit; `trainer.sync_gradients` goes"
         if self.count % self.n_batches and trainer.opt is not None: trainer.opt.zero_grad()
+        self.count, self.tokens, self._grads, self._trainer = 0, None, None, None
+        trainer.__dict__.pop('sync_gradients', None)
+
+    def state_dict(self):
+        "Where the fit is in the accumulation window, its gradients and tokens so far (a checkpoint inside a window), the token weights' scale"
+        if self._trainer is None: return {}
+        state, at = {'position': self.count % self.n_batches, 'scale': self.scale}, self.count % self.n_batches
+        if at:
+            grads = self._grads if self._grads is not None else {
+                k: p.grad for k, p in unwrap_model(self._trainer.model).named_parameters() if p.grad is not None}
+            state |= {'tokens': self.tokens, 'grads': grads}
+        return state
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from where `state` was in the window: its gradients are put back before the next backward"
+        if not state: return
+        self.count, self.scale, self.tokens, self._grads = state['position'], state['scale'], state.get('tokens'), state.get('grads')
+
+    def _put_back(self, trainer):
+        "Add the window's gradients from the checkpoint to the parameters' (before the first backward after a resume)"
+        grads, self._grads = self._grads, None
+        params = dict(unwrap_model(trainer.model).named_parameters())
+        if missing := [k for k in grads if k not in params]:
+            raise KeyError(f"GradAccumCB resumes a window whose gradients name {missing[:3]}, which the model lacks: resume with the same model")
+        with torch.no_grad():
+            for k, g in grads.items():
+                p = params[k]
+                g = g.to(p.device, p.dtype)
+                if p.grad is None: p.grad = g.clone()
+                else: p.grad += g
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #b5b29970
 _forward_events = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
@@ -73,46 +152,51 @@ class MicroBatchCB(Callback):
     order = -20  # first in `before_predict` (where it runs the first microbatches) and in `after_batch` (where it puts the batch together)
     def __init__(self, n_micro:int): # the number of microbatches per batch
         _check_count(n_micro, 'n_micro', 'microbatches per batch')
-        self.n_micro, self._inner, self._full = n_micro, False, None
+        self.n_micro, self._inner, self._full, self._full_items = n_micro, False, None, None
 
     def before_predict(self, trainer):
         "Run the steps up to backward for every microbatch but the last, which the loop then runs"
         if self._inner: return
-        self._full, self._size = trainer.batch, _batch_size(trainer.batch)
+        self._full, self._size, self._full_items = trainer.batch, _batch_size(trainer.batch), None
         parts, self._preds, self._losses = _split(trainer.batch, min(self.n_micro, self._size)), [], []
         self._inner = True
         try:
-            for size, trainer.batch in parts[:-1]:
-                self._weight = size / self._size
+            for self._piece, trainer.batch in parts[:-1]:
                 trainer.run_callbacks(_forward_events)
-                self._keep(trainer, size)
+                self._keep(trainer)
                 if trainer.model.training:
                     try: trainer.run_callbacks(_backward_events)
                     except CancelBackwardException: pass
         finally: self._inner = False
-        size, trainer.batch = parts[-1]
-        self._weight, self._last = size / self._size, size
+        self._piece, trainer.batch = parts[-1]
+
+    def after_loss(self, trainer):
+        "Count what the microbatch's loss is a mean over: its samples, or its tokens (and, at the first, the whole batch's tokens)"
+        if self._full is None: return
+        items = _loss_items(trainer)
+        if isinstance(items, torch.Tensor) and self._full_items is None: self._full_items = _loss_items(trainer, self._full)
+        self._items = items if isinstance(items, torch.Tensor) else self._piece
 
     def before_backward(self, trainer):
-        "Make the microbatch's gradients count its share of the items"
-        if self._full is not None: _scale_grad(trainer.loss, self._weight)
+        "Make the microbatch's gradients count its share of the batch's items (samples, or tokens)"
+        if self._full is not None: _scale_grad(trainer.loss, self._items / (self._size if self._full_items is None else self._full_items))
 
-    def _keep(self, trainer, size):
+    def _keep(self, trainer):
         self._preds.append(trainer.preds.detach() if isinstance(trainer.preds, torch.Tensor) else trainer.preds)
-        self._losses.append(trainer.loss.detach().float() * size)
+        self._losses.append(trainer.loss.detach().float() * self._items)
 
     def after_batch(self, trainer):
-        "Give the trainer the whole batch back, with all the predictions and the mean loss"
+        "Give the trainer the whole batch back, with all the predictions and the mean loss (over its samples, or its tokens)"
         if self._full is None: return
-        self._keep(trainer, self._last)
+        self._keep(trainer)
         trainer.batch = self._full
         tensors = all(isinstance(p, torch.Tensor) for p in self._preds)
         trainer.preds = torch.cat(self._preds) if tensors else self._preds
-        trainer.loss = torch.stack(self._losses).sum() / self._size
+        trainer.loss = torch.stack(self._losses).sum() / (self._size if self._full_items is None else self._full_items)
 
     def cleanup_batch(self, trainer):
         "Forget the batch"
-        self._full = self._preds = self._losses = None
+        self._full = self._preds = self._losses = self._full_items = None
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #f61ae8bd
 class GradClipCB(Callback):

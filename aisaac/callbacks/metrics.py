@@ -12,7 +12,7 @@ import copy, warnings
 import torch
 from ..utils import is_main_process, try_print
 from ..core.callback import Callback
-from .train import BasicTrainCB
+from .train import BasicTrainCB, count_items
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
 def _check_metric(name, m):
@@ -39,7 +39,7 @@ class MetricsCB(Callback):
         for name, v in (('train_metrics', train_metrics), ('show', show)):
             if not isinstance(v, bool) and not (name == 'show' and v is None):
                 raise TypeError(f"`{name}` is a switch of MetricsCB (got {v!r}): give your metric another name")
-        self.show, self._reader = show, None
+        self.show, self._reader, self._items = show, None, None
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
         self.provides = (*type(self).provides, *self.metrics, *self.train_metrics)
@@ -51,7 +51,8 @@ class MetricsCB(Callback):
     def before_fit(self, trainer):
         "Start the sums at zero; find the training callback that says where a batch's targets are"
         self.device, self.row, self._mute = None, {}, False
-        self._reader = next((cb.targets for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
+        cb = next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
+        self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
         self._reset()
 
     def before_epoch(self, trainer):
@@ -70,8 +71,8 @@ class MetricsCB(Callback):
         b = trainer.batch
         targets = b[1] if type(b) in (tuple, list) and len(b) == 2 else self._targets(b)  # the common `(x, y)` pair without a call
         self.batch_losses.append(trainer.loss.detach())
-        # a batch counts by its samples; a batch of sequences (integer targets with a time axis) by its tokens, -100 left out (on the device)
-        self.batch_sizes.append((targets != -100).sum() if getattr(targets, 'ndim', 1) > 1 and not targets.is_floating_point() else len(targets))
+        # a batch counts by its samples; a batch of sequences by its tokens, -100 left out (n-1 a row for a model that shifts its labels; on the device)
+        self.batch_sizes.append(count_items(targets) if self._items is None else self._items(trainer, targets))
         if ms := (self.train_metrics if trainer.model.training else self.metrics):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
