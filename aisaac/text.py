@@ -218,7 +218,7 @@ class TextTokenizer:
     def apply_chat_template(self, messages:list, # `{'role', 'content'}` dicts
                             add_generation_prompt:bool=False): # end with the start of the assistant's turn
         "The text of `messages` through the tokenizer's chat template"
-        if self.chat_template is None: raise ValueError("This tokenizer has no chat template: `tokenize_chat` uses aisaac's plain format for it")
+        if self.chat_template is None: raise ValueError("This tokenizer has no chat template: `tokenize_chats` uses aisaac's plain format for it")
         return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
     def digest(self):
         "A hash of what makes its ids: its definition and its end-of-text id (the cache key of token streams)"
