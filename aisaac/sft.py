@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/sft.html.md"""
 __all__ = ['WORDNET_DIR', 'read_wordnet', 'wordnet_glosses', 'chat_segments', 'tokenize_chats', 'fit_examples',
            'packed_attention_mask', 'SFTBatch', 'pad_examples', 'SFTCollator', 'pack_examples', 'sft_dataloaders']
 
-# %% ../nbs/34_sft.ipynb #78386989
+# %% ../nbs/34_sft.ipynb #29a3d8ff
 import itertools, os, re, warnings
 from pathlib import Path
 import numpy as np
@@ -17,7 +17,7 @@ from datasets import Dataset, DatasetDict
 from .data import DataLoaders, TensorLoader, DataNotFoundError
 from .text import as_tokenizer, split_names
 
-# %% ../nbs/34_sft.ipynb #9bc1eecd
+# %% ../nbs/34_sft.ipynb #f0555750
 WORDNET_DIR = '/usr/share/wordnet'
 _POS = {'noun': 'noun', 'verb': 'verb', 'adj': 'adjective', 'adv': 'adverb'}
 
@@ -49,7 +49,7 @@ def wordnet_glosses(path=None, # WordNet's dictionary folder; default `read_word
                                   'word': [w for w, _, _ in r], 'pos': [pos for _, pos, _ in r]})
     return DatasetDict(train=_split(False), valid=_split(True))
 
-# %% ../nbs/34_sft.ipynb #1bf7b176
+# %% ../nbs/34_sft.ipynb #d1fc7c0d
 def _check_messages(messages):
     if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) and {'role', 'content'} <= set(m) for m in messages):
         raise ValueError(f"A chat is a non-empty list of {{'role', 'content'}} dicts, got {str(messages)[:200]}")
@@ -66,7 +66,7 @@ def chat_segments(messages:list, # `{'role', 'content'}` dicts: `system`, `user`
         for m in messages:
             if m['role'] == 'assistant': segs += [('Assistant: ', False), (m['content'], True), ([tok.eot_id], True)]
             else: segs.append((f"{m['role'].capitalize()}: {m['content']}\n", False))
-        return segs
+        return [(s, trained) for s, trained in segs if len(s)]
     segs, done = [], ''
     for i, m in enumerate(messages):
         if m['role'] != 'assistant': continue
@@ -76,7 +76,8 @@ def chat_segments(messages:list, # `{'role', 'content'}` dicts: `system`, `user`
                              "replies cannot be told from the rest: give the examples as `prompt`/`response` text, or fix the template")
         segs += [(prompt[len(done):], False), (full[len(prompt):], True)]
         done = full
-    return segs + [(tok.apply_chat_template(messages)[len(done):], False)]
+    segs.append((tok.apply_chat_template(messages)[len(done):], False))
+    return [(s, trained) for s, trained in segs if len(s)]  # no empty piece
 
 def _example_messages(ex, prompt_col, response_col, messages_col):
     "The chat of one example: its `messages`, or its prompt and response as a user's and an assistant's message"
@@ -105,7 +106,7 @@ def tokenize_chats(examples, # dicts with `messages`, or with `prompt` and `resp
         res.append({'input_ids': ids, 'labels': labels})
     return res
 
-# %% ../nbs/34_sft.ipynb #e78e7853
+# %% ../nbs/34_sft.ipynb #142e66fe
 def fit_examples(examples:list, # `{'input_ids', 'labels'}` dicts, as `tokenize_chats` gives
                  max_len:int, # the most tokens an example may have
                  too_long:str='cut'): # 'cut': keep the first `max_len` tokens; 'drop': leave the example out; 'error': refuse it
@@ -124,7 +125,7 @@ def fit_examples(examples:list, # `{'input_ids', 'labels'}` dicts, as `tokenize_
                        f"cut to their first {max_len} tokens (the end of their replies is not learnt), {len(examples) - len(res)} left out with no reply token left"))
     return res
 
-# %% ../nbs/34_sft.ipynb #25ba0d67
+# %% ../nbs/34_sft.ipynb #353c5b75
 def packed_attention_mask(position_ids:torch.Tensor): # (B, T), restarting at 0 at each document
     "The block-diagonal causal mask of packed rows, (B, 1, T, T) booleans (True: may attend), as `transformers` and SDPA take it"
     doc = (position_ids == 0).cumsum(-1)
@@ -174,7 +175,7 @@ class SFTCollator:
         "The padded batch dict: `input_ids`, `labels` (-100 on the prompt and the padding), `attention_mask`"
         return self.batch(pad_examples(examples, self.pad_id))
 
-# %% ../nbs/34_sft.ipynb #17c8a272
+# %% ../nbs/34_sft.ipynb #1d418ba4
 def _best_fit(lengths, cap):
     "Rows of example indices, longest first, each into the fullest row it fits (best-fit decreasing)"
     rows, free = [], [[] for _ in range(cap + 1)]  # free[r]: the rows with r places left
@@ -208,7 +209,7 @@ def pack_examples(examples:list, # `{'input_ids', 'labels'}` dicts of at most `l
     pos[tok_row, cols] = np.arange(n.sum()) - np.repeat(starts, n)
     return torch.from_numpy(ids), torch.from_numpy(labels), torch.from_numpy(pos.astype(np.int32))
 
-# %% ../nbs/34_sft.ipynb #fa3cf189
+# %% ../nbs/34_sft.ipynb #bbad9db9
 def _rows(ds, tok, cap, pack, too_long, cols):
     exs = fit_examples(tokenize_chats(ds, tok, *cols), cap, too_long)
     if not exs: raise ValueError("No example is left to learn from: each needs a reply token within the block")

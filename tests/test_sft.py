@@ -168,3 +168,17 @@ def test_wordnet_is_an_instruction_set_split_by_word(tmp_path, monkeypatch):
     assert len(rows) == 5 and len(d['valid']) == 2 and not set(d['train']['word']) & set(d['valid']['word'])
     assert {'prompt': 'What does the adjective "able" mean?', 'response': 'having the necessary means', 'word': 'able', 'pos': 'adjective'} in rows
     assert any(r['response'] == 'that which is perceived; "an entity"' and r['prompt'] == 'What does the noun "entity" mean?' for r in rows)
+
+@pytest.mark.parametrize('pack', [False, True])
+def test_a_transformers_gpt2_fine_tunes_on_padded_and_packed_batches_with_the_trainer(tok, pack):
+    "The batches as the loaders give them go through `BasicTrainCB` to the model's own loss; the loss on the replies falls"
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.metrics import MetricsCB
+    data = {'train': qa(WORDS * 4, 3), 'valid': qa(WORDS[:8], 3)}
+    dls = sft_dataloaders(data, tok, block_size=64, bs=8, pack=pack, hf_labels=True, seed=0)
+    model = _tiny('gpt2', as_tokenizer(tok).vocab_size).train()
+    t = Trainer(dls, None, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), MetricsCB()])
+    t.fit(3, lr=3e-3)
+    first, last = t.history.get_metric_values('valid_loss')[0], t.history.get_metric_values('valid_loss')[-1]
+    assert last < first - 0.5, (first, last)
