@@ -182,3 +182,12 @@ def test_a_transformers_gpt2_fine_tunes_on_padded_and_packed_batches_with_the_tr
     t.fit(3, lr=3e-3)
     first, last = t.history.get_metric_values('valid_loss')[0], t.history.get_metric_values('valid_loss')[-1]
     assert last < first - 0.5, (first, last)
+
+def test_chat_prompt_is_what_the_training_example_holds_before_the_reply(tok, chatml):
+    from aisaac.sft import chat_prompt
+    chat = [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'cat is a word'}, {'role': 'user', 'content': 'and dog?'}]
+    for t in (tok, chatml):
+        (ex,) = tokenize_chats([{'messages': chat + [{'role': 'assistant', 'content': 'dog is a word'}]}], t)
+        ids = chat_prompt(chat, t)
+        assert ex['input_ids'][:len(ids)] == ids and ex['labels'][len(ids)] != -100 and ex['labels'][len(ids) - 1] == -100
+    assert as_tokenizer(chatml).decode(chat_prompt('hi', chatml)) == '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n'
