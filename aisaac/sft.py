@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/sft.html.md"""
 __all__ = ['WORDNET_DIR', 'read_wordnet', 'wordnet_glosses', 'chat_segments', 'tokenize_chats', 'chat_prompt', 'fit_examples',
            'packed_attention_mask', 'SFTBatch', 'pad_examples', 'SFTCollator', 'pack_examples', 'sft_dataloaders']
 
-# %% ../nbs/34_sft.ipynb #6e3b38ef
+# %% ../nbs/34_sft.ipynb #cd08c63a
 import itertools, os, re, warnings
 from pathlib import Path
 import numpy as np
@@ -17,7 +17,7 @@ from datasets import Dataset, DatasetDict
 from .data import DataLoaders, TensorLoader, DataNotFoundError
 from .text import as_tokenizer, split_names
 
-# %% ../nbs/34_sft.ipynb #fd006b61
+# %% ../nbs/34_sft.ipynb #35b482af
 WORDNET_DIR = '/usr/share/wordnet'
 _POS = {'noun': 'noun', 'verb': 'verb', 'adj': 'adjective', 'adv': 'adverb'}
 
@@ -49,7 +49,7 @@ def wordnet_glosses(path=None, # WordNet's dictionary folder; default `read_word
                                   'word': [w for w, _, _ in r], 'pos': [pos for _, pos, _ in r]})
     return DatasetDict(train=_split(False), valid=_split(True))
 
-# %% ../nbs/34_sft.ipynb #19a983ab
+# %% ../nbs/34_sft.ipynb #7e5a6d2f
 def _check_messages(messages):
     if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) and {'role', 'content'} <= set(m) for m in messages):
         raise ValueError(f"A chat is a non-empty list of {{'role', 'content'}} dicts, got {str(messages)[:200]}")
@@ -106,7 +106,7 @@ def tokenize_chats(examples, # dicts with `messages`, or with `prompt` and `resp
         res.append({'input_ids': ids, 'labels': labels})
     return res
 
-# %% ../nbs/34_sft.ipynb #a0c173d4
+# %% ../nbs/34_sft.ipynb #2c26bc93
 def chat_prompt(prompt, # the user's text, or a chat (`{'role', 'content'}` dicts) that ends before the assistant's reply
                 tokenizer): # any tokenizer `as_tokenizer` takes
     "The ids a model continues to answer `prompt`: laid out and encoded as in training, up to where the reply starts"
@@ -116,7 +116,7 @@ def chat_prompt(prompt, # the user's text, or a chat (`{'role', 'content'}` dict
     last = max(i for i, (_, trained) in enumerate(segs) if trained)  # the empty reply's end: what the model is to write
     return [i for s, _ in segs[:last] for i in (tok.encode(s) if isinstance(s, str) else s)]
 
-# %% ../nbs/34_sft.ipynb #e12d0773
+# %% ../nbs/34_sft.ipynb #e4044bf1
 def fit_examples(examples:list, # `{'input_ids', 'labels'}` dicts, as `tokenize_chats` gives
                  max_len:int, # the most tokens an example may have
                  too_long:str='cut'): # 'cut': keep the first `max_len` tokens; 'drop': leave the example out; 'error': refuse it
@@ -135,7 +135,7 @@ def fit_examples(examples:list, # `{'input_ids', 'labels'}` dicts, as `tokenize_
                        f"cut to their first {max_len} tokens (the end of their replies is not learnt), {len(examples) - len(res)} left out with no reply token left"))
     return res
 
-# %% ../nbs/34_sft.ipynb #fe70ae30
+# %% ../nbs/34_sft.ipynb #c44f602c
 def packed_attention_mask(position_ids:torch.Tensor): # (B, T), restarting at 0 at each document
     "The block-diagonal causal mask of packed rows, (B, 1, T, T) booleans (True: may attend), as `transformers` and SDPA take it"
     doc = (position_ids == 0).cumsum(-1)
@@ -185,7 +185,7 @@ class SFTCollator:
         "The padded batch dict: `input_ids`, `labels` (-100 on the prompt and the padding), `attention_mask`"
         return self.batch(pad_examples(examples, self.pad_id))
 
-# %% ../nbs/34_sft.ipynb #03dab14d
+# %% ../nbs/34_sft.ipynb #43d22f38
 def _best_fit(lengths, cap):
     "Rows of example indices, longest first, each into the fullest row it fits (best-fit decreasing)"
     rows, free = [], [[] for _ in range(cap + 1)]  # free[r]: the rows with r places left
@@ -219,13 +219,18 @@ def pack_examples(examples:list, # `{'input_ids', 'labels'}` dicts of at most `l
     pos[tok_row, cols] = np.arange(n.sum()) - np.repeat(starts, n)
     return torch.from_numpy(ids), torch.from_numpy(labels), torch.from_numpy(pos.astype(np.int32))
 
-# %% ../nbs/34_sft.ipynb #c60eab33
+# %% ../nbs/34_sft.ipynb #71a23787
+def _tokenized(ds):
+    "Whether `ds` holds examples already tokenized (`{'input_ids', 'labels'}`, as `tokenize_chats` gives)"
+    first = ds[0] if len(ds) else {}
+    return isinstance(first, dict) and {'input_ids', 'labels'} <= set(first)
+
 def _rows(ds, tok, cap, pack, too_long, cols):
-    exs = fit_examples(tokenize_chats(ds, tok, *cols), cap, too_long)
+    exs = fit_examples(ds if _tokenized(ds) else tokenize_chats(ds, tok, *cols), cap, too_long)
     if not exs: raise ValueError("No example is left to learn from: each needs a reply token within the block")
     return pack_examples(exs, cap, tok.pad_id) if pack else pad_examples(exs, tok.pad_id, cap)
 
-def sft_dataloaders(dsd, # a training and a validation split of examples: `messages` (a chat), or `prompt` and `response`
+def sft_dataloaders(dsd, # a training and a validation split of examples: `messages` (a chat), `prompt` and `response`, or tokenized
                     tokenizer, # any tokenizer `as_tokenizer` takes; its chat template is used when it has one
                     block_size:int=128, # the context length: the model's inputs per row
                     bs:int=32, # rows per batch

@@ -191,3 +191,10 @@ def test_chat_prompt_is_what_the_training_example_holds_before_the_reply(tok, ch
         ids = chat_prompt(chat, t)
         assert ex['input_ids'][:len(ids)] == ids and ex['labels'][len(ids)] != -100 and ex['labels'][len(ids) - 1] == -100
     assert as_tokenizer(chatml).decode(chat_prompt('hi', chatml)) == '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n'
+
+def test_tokenized_splits_are_taken_as_they_are(tok):
+    data = {'train': qa(WORDS, 2), 'valid': qa(WORDS[:6], 2)}
+    done = {k: tokenize_chats(v, tok) for k, v in data.items()}
+    for pack in (False, True):
+        a, b = sft_dataloaders(data, tok, block_size=64, pack=pack), sft_dataloaders(done, tok, block_size=64, pack=pack)
+        for x, y in zip(a.valid.tensors, b.valid.tensors): assert torch.equal(x, y)
