@@ -74,7 +74,7 @@ def test_dict_batches_shift_by_one_and_the_hugging_face_convention(dsd, tok):
     assert decode(tok, torch.cat([v['input_ids'][0], v['labels'][0, -1:]])).startswith(list(dsd['valid']['text'])[0][:20])
     h = next(iter(text_dataloaders(dsd, tok, block_size=32, bs=8, hf_labels=True).valid))
     assert h['input_ids'].shape == (8, 33) and torch.equal(h['labels'], h['input_ids'])
-    with pytest.raises(KeyError, match="needs the splits 'train' and 'valid'"): text_dataloaders({'train': dsd['train']}, tok)
+    with pytest.raises(KeyError, match=r"No split 'valid': the splits are \['train'\]"): text_dataloaders({'train': dsd['train']}, tok)
 
 def test_a_missing_tokenizers_package_names_the_extra(dsd, monkeypatch):
     import sys
@@ -156,3 +156,60 @@ def test_samples_while_training_leave_training_unchanged(dsd, tok):
     sampled.fit(steps=20, lr=3e-3, valid=False)
     assert [step for step, _ in s.samples] == [10, 20] and all(len(tok.encode(x).ids) >= 6 for _, x in s.samples)
     for a, b in zip(plain.model.parameters(), sampled.model.parameters()): assert torch.equal(a, b)
+
+# ---------------------------------------------------------------- your own data and tokenizer (issue 28)
+def _hf_tok(tok, **kw):
+    transformers = pytest.importorskip('transformers')
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **kw)
+
+def test_a_folder_of_txt_files_is_read_one_document_per_file_or_per_line(tmp_path):
+    from aisaac.text import load_texts
+    for i in range(10): (tmp_path/f'doc{i}.txt').write_text(f'Document {i}, line one.\nLine two of {i}.\n')
+    (tmp_path/'notes.md').write_text('not read')
+    d = load_text_corpus(tmp_path, valid_pct=0.2)  # was: "install fortunes"
+    assert (len(d['train']), len(d['valid'])) == (8, 2) and sorted(list(d['train']['text']) + list(d['valid']['text']))[0] == 'Document 0, line one.\nLine two of 0.\n'
+    lines = load_texts(tmp_path, by_line=True, valid_pct=0.25)
+    assert len(lines['train']) + len(lines['valid']) == 20 and 'Line two of 3.' in list(lines['train']['text']) + list(lines['valid']['text'])
+    with pytest.raises(DataNotFoundError, match=r'no \.txt, \.jsonl'): load_texts(tmp_path/'notes.md')
+
+@pytest.mark.parametrize('fmt', ['jsonl', 'csv', 'parquet'])
+def test_files_with_a_named_text_column_are_read_and_a_wrong_column_lists_the_columns(tmp_path, fmt):
+    from datasets import Dataset
+    from aisaac.text import load_texts
+    ds = Dataset.from_dict({'body': [f'text number {i}' for i in range(20)], 'id': list(range(20))})
+    fn = tmp_path/f'data.{fmt}'
+    {'jsonl': ds.to_json, 'csv': ds.to_csv, 'parquet': ds.to_parquet}[fmt](str(fn))
+    d = load_texts(fn, column='body')
+    assert sorted(list(d['train']['text']) + list(d['valid']['text'])) == sorted(ds['body'])
+    with pytest.raises(KeyError, match=r"no column 'text'; its columns are \['body', 'id'\]"): load_texts(fn)
+
+def test_text_dataloaders_take_any_split_and_column_names(dsd, tok):
+    from datasets import DatasetDict
+    mine = DatasetDict(training=dsd['train'].rename_column('text', 'content'), validation=dsd['valid'].rename_column('text', 'content'))
+    dls = text_dataloaders(mine, tok, block_size=32, bs=8, column='content', train_split='training')
+    ref = text_dataloaders(dsd, tok, block_size=32, bs=8)
+    assert torch.equal(dls.valid.tensors[0], ref.valid.tensors[0]) and torch.equal(dls.train.tensors[0], ref.train.tensors[0])
+    with pytest.raises(KeyError, match=r"No split 'train': the splits are \['training', 'validation'\]"): text_dataloaders(mine, tok)
+    with pytest.raises(KeyError, match=r"no column 'text'; its columns are \['content', 'source'\]"): text_dataloaders(mine, tok, train_split='training')
+
+def test_a_transformers_tokenizer_and_one_with_its_own_end_of_text_token(dsd, tok):
+    from aisaac.text import as_tokenizer
+    texts = list(dsd['valid']['text'])[:100]
+    hf = _hf_tok(tok, eos_token=EOT)
+    assert torch.equal(pack_tokens(texts, hf, block_size=16, cache=False), pack_tokens(texts, tok, block_size=16, cache=False))  # was: AttributeError token_to_id
+    tk = pytest.importorskip('tokenizers')
+    other = tk.Tokenizer(tk.models.WordLevel({'[UNK]': 0, '</s>': 1, '<pad>': 2, 'a': 3, 'b': 4}, unk_token='[UNK]'))
+    other.pre_tokenizer = tk.pre_tokenizers.Whitespace()
+    with pytest.raises(ValueError, match=r"no end-of-text token.*pass `eot=`"): pack_tokens(['a b'] * 20, other, block_size=4, cache=False)
+    t = as_tokenizer(other, eot='</s>', pad='<pad>')
+    assert (t.eot_id, t.pad_id, t.vocab_size) == (1, 2, 5)
+    assert pack_tokens(['a b a'] * 5, t, block_size=3, cache=False)[0].tolist() == [3, 4, 3, 1]  # was: refused
+    h = as_tokenizer(_hf_tok(other, eos_token='</s>', pad_token='<pad>'))
+    assert (h.eot_id, h.pad_id, h.encode('a b'), h.decode([3, 1])) == (1, 2, [3, 4], 'a </s>')
+    with pytest.raises(ValueError, match="`eot='<eos>'` is not in the tokenizer's vocabulary"): as_tokenizer(other, eot='<eos>')
+
+def test_train_tokenizer_refuses_no_text_and_says_when_it_cannot_reach_the_vocabulary_size():
+    with pytest.raises(ValueError, match='got no text'): train_tokenizer([], vocab_size=300, cache=False)  # was: 257 tokens, silently
+    with pytest.raises(ValueError, match='got no text'): train_tokenizer(['', '  '], vocab_size=300, cache=False)
+    with pytest.warns(UserWarning, match=r'made 2\d\d tokens, not the 5000 asked'): t = train_tokenizer(['a small text, a small text'], vocab_size=5000, cache=False)
+    assert t.get_vocab_size() < 300
