@@ -43,6 +43,7 @@ from .data import *
 from .collate import *
 from .learner import *
 from .text import *
+from .hf import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -70,7 +71,7 @@ from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -106,6 +107,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     collate,
     learner,
     text,
+    hf,
     train,
     metrics,
     progress,
