@@ -13,7 +13,13 @@ from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import CheckpointCB
+from aisaac.callbacks.samples import SampleCB
 from test_language import lm_batches, hf_batches, V, T
+
+class Chars:
+    "A character tokenizer within the vocabulary"
+    def encode(self, text): return [ord(c) % V for c in text]
+    def decode(self, ids): return ''.join(chr(65 + i % 26) for i in ids)
 
 def jiggled_gpt(seed=0, vocab_size=V):
     "A small GPT whose every weight is moved off its initial value (biases and layer norms too): a mixed-up weight would show"
@@ -109,8 +115,9 @@ def test_lora_on_gpt_trains_only_the_adapters(tmp_path, capsys):
     names = {n for n, _ in m.named_modules() if n.endswith(tuple(GPT_LORA_TARGETS))}
     assert {n.split('base_model.model.')[1] for n in names if n.count('.') == 5} == {f'blocks.{i}.{t}' for i in range(2) for t in ('attn.qkv', 'attn.proj', 'mlp.0', 'mlp.2')}
     adapters = {k: v.clone() for k, v in m.named_parameters() if v.requires_grad}
-    t = gpt_trainer(m); t.model.train()
+    t = gpt_trainer(m, [sm := SampleCB('abc', Chars(), every='4 steps', max_new_tokens=3)]); t.model.train()
     t.fit(2, lr=1e-2)
+    assert [s for s, _ in sm.samples] == [4, 8, 12, 16] and all(len(text) == 3 for _, text in sm.samples)  # GPT's generate, through peft
     now = {k.replace('base_model.model.', '').replace('.base_layer', ''): v for k, v in m.state_dict().items() if 'lora_' not in k}
     assert set(now) == set(base) and all(torch.equal(now[k], base[k]) for k in base)  # every base weight bit-identical
     assert all(not torch.equal(v, adapters[k]) for k, v in m.named_parameters() if 'lora_B' in k)  # (B starts at 0: it moved)

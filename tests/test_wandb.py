@@ -70,6 +70,12 @@ def test_a_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, 'wandb', None)
     with pytest.raises(ImportError, match=r'WandBLogger needs the `wandb` package: pip install "aisaac\[wandb\]"'): WandBLogger()
 
+def test_a_given_id_is_the_runs_and_resume_is_refused(tmp_path):
+    lg = WandBLogger(dir=tmp_path, id='myrun01')
+    fit_cls(lg, n_epochs=1)
+    assert lg.run_id == 'myrun01' and read_wandb_run(lg.run_dir)['id'] == 'myrun01'
+    with pytest.raises(ValueError, match='give `id=` to go on with a given run'): WandBLogger(resume='must')
+
 def test_not_a_wandb_file(tmp_path):
     (tmp_path/'x.wandb').write_bytes(b'hello')
     with pytest.raises(ValueError, match='not a W&B transaction log'): read_wandb_file(tmp_path/'x.wandb')

@@ -269,11 +269,13 @@ class WandBLogger(Logger):
                  mode:str=None, # `'online'`, `'offline'` or `'disabled'`; default: `$WANDB_MODE`, else online when logged in, else offline
                  config:dict=None, # more hyperparameters for the run's config, beside those of `run_config`
                  per:str='all', # which values to write: `'epoch'`, `'batch'` or `'all'`
-                 **init_kwargs): # more arguments of `wandb.init` (`entity`, `tags`, `group`, `settings`...)
+                 **init_kwargs): # more arguments of `wandb.init` (`entity`, `tags`, `group`, `settings`; `id` to go on with a given run)
         super().__init__(per)
         self._wandb = _needs('wandb', 'wandb', 'WandBLogger')
-        self.project, self.dir, self.name, self.mode, self.config, self.init_kwargs = project, dir, name, mode, dict(config or {}), init_kwargs
-        self.run, self.run_id, self.run_dir, self.tables = None, None, None, {}  # the run, its id and local folder, the text tables' rows
+        if 'resume' in init_kwargs: raise ValueError("WandBLogger resumes a run itself (the checkpoint's, when a fit resumes one): give `id=` to go on with a given run, not `resume=`")
+        self.project, self.dir, self.name, self.mode, self.config = project, dir, name, mode, dict(config or {})
+        self.run, self.run_id, self.run_dir, self.tables = None, init_kwargs.pop('id', None), None, {}  # the run, its id and local folder, the text tables' rows
+        self.init_kwargs = init_kwargs
         self._config, self._seen, self._resuming = None, set(), False
 
     def before_fit(self, trainer):
