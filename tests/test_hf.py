@@ -66,6 +66,9 @@ def test_gpt_exported_to_gpt2_gives_the_same_logits_and_comes_back_bit_identical
     x = ids()
     with torch.no_grad(): torch.testing.assert_close(hf(x).logits, g(x), atol=1e-5, rtol=1e-5)
     assert same(hf_to_gpt(hf).state_dict(), g.state_dict())
+    b = gpt_to_hf(g.to(torch.bfloat16))  # the model's dtype (and device) carried across
+    assert b.transformer.h[0].attn.c_attn.weight.dtype == torch.bfloat16 and torch.equal(b.transformer.h[0].attn.c_attn.weight, g.blocks[0].attn.qkv.weight.t())
+    assert hf_to_gpt(b).tok_emb.weight.dtype == torch.bfloat16
 
 def test_a_design_gpt_cannot_hold_is_refused():
     hf = gpt_to_hf(jiggled_gpt())
