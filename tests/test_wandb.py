@@ -76,6 +76,29 @@ def test_a_given_id_is_the_runs_and_resume_is_refused(tmp_path):
     assert lg.run_id == 'myrun01' and read_wandb_run(lg.run_dir)['id'] == 'myrun01'
     with pytest.raises(ValueError, match='give `id=` to go on with a given run'): WandBLogger(resume='must')
 
+def test_a_file_cut_short_by_a_kill_reads_up_to_its_last_whole_record(tmp_path):
+    lg = WandBLogger(dir=tmp_path)
+    fit_cls(lg, LogBatches(), n_epochs=1)
+    f = next(lg.run_dir.glob('*.wandb'))
+    whole, data = read_wandb_file(f), f.read_bytes()
+    assert len(whole) > 20 and whole[-1].WhichOneof('record_type') == 'exit'
+    for cut in (7, 100, len(data) // 2, len(data) - 3):
+        (tmp_path/'cut.wandb').write_bytes(data[:cut])
+        got = read_wandb_file(tmp_path/'cut.wandb')
+        assert got == whole[:len(got)] and len(got) < len(whole)
+
+def test_a_run_of_many_blocks_reads_back_whole(tmp_path):
+    "The file is written in 32 KiB blocks, a record split across them: every value comes back"
+    import wandb
+    run = wandb.init(project='t', dir=tmp_path, mode='offline', settings=wandb.Settings(reinit='create_new'))
+    for i in range(2000): run.log({'i': i, 'text': 'x' * (i % 97) * 5})  # records of many sizes, some over a block's remainder
+    d = Path(run.dir).parent; run.finish()
+    from aisaac.callbacks.trackers import _wait_written
+    _wait_written(next(d.glob('*.wandb')))
+    assert next(d.glob('*.wandb')).stat().st_size > 4 * 32768
+    h = read_wandb_run(d)['history']
+    assert [r['i'] for r in h] == list(range(2000)) and all(r['text'] == 'x' * (r['i'] % 97) * 5 for r in h)
+
 def test_not_a_wandb_file(tmp_path):
     (tmp_path/'x.wandb').write_bytes(b'hello')
     with pytest.raises(ValueError, match='not a W&B transaction log'): read_wandb_file(tmp_path/'x.wandb')
