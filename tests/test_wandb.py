@@ -100,8 +100,10 @@ def test_a_run_of_many_blocks_reads_back_whole(tmp_path):
     assert [r['i'] for r in h] == list(range(2000)) and all(r['text'] == 'x' * (r['i'] % 97) * 5 for r in h)
 
 def test_not_a_wandb_file(tmp_path):
+    (tmp_path/'nothing').mkdir()
     (tmp_path/'x.wandb').write_bytes(b'hello')
     with pytest.raises(ValueError, match='not a W&B transaction log'): read_wandb_file(tmp_path/'x.wandb')
+    with pytest.raises(FileNotFoundError, match="holds no `run-<id>.wandb` file"): read_wandb_run(tmp_path/'nothing')
 
 def values(*dirs):
     "{tag: [(step, value)]} of the numbers in the history of the runs' folders, in the order logged"

@@ -236,7 +236,10 @@ def _items(items):
 def read_wandb_run(path): # a run's folder (`wandb/offline-run-<time>-<id>`), or its `.wandb` file
     "What a run's `.wandb` file holds, as a dict: `id`, `config` ({name: value}), `history` (a dict per `log` call) and `summary`"
     path = Path(path)
-    if path.is_dir(): path = next(path.glob('run-*.wandb'), path/'run-.wandb')
+    if path.is_dir():
+        found = sorted(path.glob('run-*.wandb'))
+        if not found: raise FileNotFoundError(f"{path} holds no `run-<id>.wandb` file: give a run's folder, e.g. `wandb/offline-run-<time>-<id>`")
+        path = found[0]
     out = {'id': None, 'config': {}, 'history': [], 'summary': {}}
     for r in read_wandb_file(path):
         kind = r.WhichOneof('record_type')
