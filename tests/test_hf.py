@@ -90,6 +90,7 @@ def test_gpt_saved_as_gpt2_with_its_tokenizer_loads_with_from_pretrained(tmp_pat
     text = 'the dog sat in the park'
     assert t2(text)['input_ids'] == tok.encode(text).ids and t2.eos_token == EOT and t2.decode(tok.encode(text).ids) == text
     assert hf_tokenizer(t2) is t2
+    assert same(hf_to_gpt(tmp_path).state_dict(), g.state_dict())  # back from the folder, bit for bit
     with pytest.raises(TypeError, match='save_pretrained saves transformers models'): save_pretrained(torch.nn.Linear(2, 2), tmp_path)
 
 # ------------------------------------------------------------------------------------------------ HF models after a fit, after a resume
