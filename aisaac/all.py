@@ -44,6 +44,7 @@ from .collate import *
 from .learner import *
 from .text import *
 from .sft import *
+from .hf import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -71,7 +72,7 @@ from .callbacks.export import *
 from .callbacks.accel import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, sft, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -108,6 +109,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     learner,
     text,
     sft,
+    hf,
     train,
     metrics,
     progress,
