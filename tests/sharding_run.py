@@ -6,8 +6,9 @@ CASE 'fit': a tiny `aisaac.models.GPT` trained 2 epochs with `FSDPCB` (each proc
 the options: 'clip' (GradClipCB(0.05)), 'norm' (GradNormCB), 'ac' (ActivationCheckpointCB), 'bf16' (mixed precision), 'offload'
 (CPU offload), 'accum' (GradAccumCB(2), half the batch, and `trainer.sync_gradients` set as GradAccumCB will), 'ddp' (DistributedDataParallel instead of FSDPCB), 'transaction' (a second fit inside `trainer.transaction()`).
 Each process writes OUT/result_<rank>.json: the mean loss of both processes at each step, the norms, the whole weights after the fit.
-CASE 'refuse': a callback that needs what a main-only callback provides (refused on rank 1 only), on 'ddp' or 'fsdp'; each process
-writes the error its fit raised. `make_data`, `make_model` and `callbacks` also make the single-process reference of the test.
+CASE 'refuse': a callback that needs what a main-only callback provides (refused on rank 1 only), on 'ddp' or 'fsdp'; with 'resume',
+instead, rank 1 alone resumes from a file that is not there (refused by `check_fit`); each process writes the error its fit raised.
+`make_data`, `make_model` and `callbacks` also make the single-process reference of the test.
 """
 import datetime, json, sys, time, types
 from pathlib import Path
@@ -109,8 +110,8 @@ def run_refuse(out, opts):
     model = make_model()
     if 'ddp' in opts: model, shard = nn.parallel.DistributedDataParallel(model), []
     else: shard = [FSDPCB()]
-    trainer = Trainer(loaders(2), lm_loss, torch.optim.SGD, model, callbacks=[BasicTrainCB(), ProvidesMain(), NeedsMain(), *shard])
-    try: trainer.fit(1)
+    trainer = Trainer(loaders(2), lm_loss, torch.optim.SGD, model, callbacks=[BasicTrainCB(), *([] if 'resume' in opts else [ProvidesMain(), NeedsMain()]), *shard])
+    try: trainer.fit(1, resume_from=str(out/'missing.pt') if 'resume' in opts and dist.get_rank() == 1 else None)
     except Exception as e: return {'error': f'{type(e).__name__}: {e}', 'notes': getattr(e, '__notes__', [])}
     return {'error': None}
 

@@ -109,3 +109,11 @@ def test_accumulation_under_fsdp_reduces_once_per_step_and_equals_the_large_batc
     assert r0['reduced'] == [False, True] * 8 and r1['reduced'] == r0['reduced']
     pairs = torch.tensor(r0['losses']).view(8, 2).mean(1).tolist()  # the two half batches of each step
     assert close(pairs, ref['losses']) and close(r0['weights'], ref['weights'], 1e-4)
+
+def test_a_refusal_in_the_checks_of_fit_on_one_process_is_raised_on_all(tmp_path):
+    """Rank 1 alone resumes from a file that is not there: `check_fit` refuses it there, before any callback is added. Before, rank 0
+    went on to its first collective and waited past any limit; now it raises the same FileNotFoundError, noted, at once"""
+    r0, r1 = launch(tmp_path, 'refuse', 'fsdp', 'resume')
+    assert r1['error'] == f"FileNotFoundError: No checkpoint at {tmp_path/'missing.pt'}" and r0['error'] == r1['error']
+    assert r0['notes'] == ['raised on rank 1 before the fit started: every process refuses the fit']
+    assert r0['seconds'] < 20
