@@ -117,12 +117,22 @@ def need_report(owner, # the trainer
 
 def check_needs(owner, # the trainer
                 cbs:list, # its callbacks that run (not switched off)
-                names:list): # their names on the trainer
+                names:list, # their names on the trainer
+                off:list=()): # `(name, callback)` of those switched off in this fit (the main-only ones on another process)
     "Raise when a callback needs a name that no callback (nor the trainer) provides, and every callback declares what it provides"
     for name, need, who in need_report(owner, cbs, names):
         if who == []:
             raise ValueError(f"{name} needs {need!r}, which none of the callbacks of this fit provides ({', '.join(n for n in names if not n.startswith('_')) or 'none'}). "
-                             f"{_candidates(need)}")
+                             f"{_switched_off(name, need, off) or _candidates(need)}")
+
+def _switched_off(name, need, off):
+    "The hint when a callback switched off in this fit provides `need`: a main-only one, on a process other than the main one"
+    if not (who := [(n, cb) for n, cb in off if _provides_name(provided(cb) or (), need)]): return None
+    n, cb = who[0]
+    if setting(cb, 'runs_on') == 'main':
+        return (f"{n} provides it but runs on the main process only (`runs_on = 'main'`), and this process is not the main one: make {name} "
+                f"main-only too (`runs_on = 'main'` on its class), or let {n} run on every process")
+    return f"{n} provides it but is switched off in this fit: switch it on, or remove {name}"
 
 def _candidates(need):
     "Which callback classes could provide `need`, as a hint for the error"
@@ -155,7 +165,7 @@ class Dependencies:
 
     def check_needs(self):
         "Raise when a callback needs a trainer attribute or history metric that nothing provides (a fit calls it when it starts)"
-        check_needs(self, *self.active())
+        check_needs(self, *self.active(), [(self.name_of(cb), cb) for cb in self.cbs if id(cb) in self.off])
 
     def start_fit(self, **args): # `fit`'s arguments
         "A fit starts only when every callback gets what it needs"

@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/ranks.html.md"""
 __all__ = ['PreemptedException', 'ProcessFailedError', 'RanksCB', 'AgreedRanks']
 
 # %% ../nbs/24_ranks.ipynb #99327f87
-import datetime, itertools, math
+import builtins, datetime, itertools, math
 import torch
 import torch.distributed as dist
 from .core.callback import Callback, CancelEpochException, CancelException, CancelFitException, setting
@@ -221,13 +221,55 @@ def _fit_error(trainer, err):
     cb = next((c for c in trainer.cbs if isinstance(c, RanksCB)), None)
     return err if cb is None else cb.error(err)
 
+_starts = itertools.count()  # fits started in this process: every process counts the same, so the count names a fit's keys in the store
+
+def _refusal(rank, kind, text):
+    "The refusal that rank `rank` raised (`kind`, `text`), to raise here: the same built-in exception with the same message, else a `ProcessFailedError`"
+    cls = getattr(builtins, kind, None)
+    e = cls(text) if isinstance(cls, type) and issubclass(cls, Exception) else ProcessFailedError(rank, f'{kind}: {text}')
+    e.add_note(f"raised on rank {rank} before the fit started: every process refuses the fit")
+    return e
+
+class _StartAgreement:
+    "The processes' agreement that a fit starts: each posts in the store its refusal or none, once, and reads every one's"
+    def __init__(self, store, rank, world): self.store, self.rank, self.world, self.n, self.done = store, rank, world, next(_starts), False
+    @classmethod
+    def of(cls, trainer):
+        "The agreement of `trainer`'s next fit; `None` on one process (or with `ranks_agree` False, or without a store)"
+        if _world_size() < 2 or not getattr(trainer, 'ranks_agree', True) or (store := _store()) is None: return None
+        return cls(store, dist.get_rank(), dist.get_world_size())
+
+    def __call__(self, e:Exception=None): # this process's refusal; `None`: it is ready to start
+        "Post `e`, wait for every process's (up to the store's timeout): the refusal of the lowest rank that refused, or `None` when none did"
+        self.done, key = True, f'aisaac/ranks/start_{self.n}/rank_'
+        text = e.args[0] if e is not None and len(e.args) == 1 and isinstance(e.args[0], str) else str(e)
+        self.store.set(key + str(self.rank), 'ready' if e is None else f'refused\n{type(e).__name__}\n{text}')
+        self.store.wait([key + str(r) for r in range(self.world)])
+        for r in range(self.world):
+            state, _, rest = self.store.get(key + str(r)).decode().partition('\n')
+            if state == 'refused': return e if r == self.rank else _refusal(r, *rest.split('\n', 1))
+        return None
+
 class AgreedRanks:
     "A `Trainer` layer: in a distributed fit, callbacks run where their `runs_on` says, and a stop or an error is agreed by every process"
     ranks_agree = True  # False: no `RanksCB` (every process stops on its own, as plain PyTorch does)
+    def fit(self, *args, # `fit`'s arguments, by position
+            **kwargs): # and by name
+        "In a distributed fit, a refusal before the fit starts (an argument, a callback's need...) on any process is raised on every process"
+        agree = self.__dict__['_start_agreement'] = _StartAgreement.of(self)
+        try: return super().fit(*args, **kwargs)
+        except Exception as e:
+            if agree is None or agree.done: raise
+            if (agreed := agree(e)) is e: raise
+            raise agreed from e  # another process refused first: its refusal, this one's chained
+        finally:
+            if self.__dict__.get('_start_agreement') is agree: del self.__dict__['_start_agreement']
+
     def start_fit(self, **args): # `fit`'s arguments
-        "On a process other than the main one, switch off the callbacks that run on the main one only; on 2 processes or more, add a `RanksCB`"
+        "On a process other than the main one, switch off the main-only callbacks; once every process is ready (or refused), add a `RanksCB`"
         if not is_main_process() and (main := [cb for cb in self.cbs if runs_on(cb) == 'main']): self.switch_off(main)
         super().start_fit(**args)
+        if (agree := self.__dict__.get('_start_agreement')) is not None and (refused := agree()) is not None: raise refused
         self.fit_callbacks += self.add_callbacks(_ranks_cbs(self))
 
     def must_raise(self, e:Exception, # what a handler raised

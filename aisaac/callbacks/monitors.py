@@ -177,6 +177,7 @@ class GradNormCB(Callback):
         total = torch.linalg.vector_norm(norms)
         names = ['grad_norm'] + ([f'grad_norm/{n}' for n, _ in named] if self.per_layer else [])
         values = torch.cat([total[None], norms]) if self.per_layer else total[None]
+        if hasattr(values, 'full_tensor'): values = values.full_tensor()  # sharded gradients (FSDP): the norms of the whole ones, in one collective
         step = _batch_step(trainer)
         trainer.history.update_metrics(dict(zip(names, values)), step=step, per='batch')
         self.pending.append((step, names, values))
