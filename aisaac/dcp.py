@@ -8,8 +8,8 @@ Docs: https://aisaac-dev.github.io/aisaac/dcp.html.md"""
 __all__ = ['is_sharded', 'state_dicts', 'load_state_dicts', 'folder_problem', 'ShardedCheckpointEngine', 'consolidate_checkpoint',
            'save_full_weights']
 
-# %% ../nbs/29_dcp.ipynb #ca263c40
-import os, shutil, warnings
+# %% ../nbs/29_dcp.ipynb #7980e331
+import contextlib, os, shutil, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -21,13 +21,20 @@ from .core.dispatch import with_cbs
 from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, atomic_save, fsync_dir, is_main_process,
                       unwrap_model, verify, _torch_load)
 
-# %% ../nbs/29_dcp.ipynb #647c69ef
+# %% ../nbs/29_dcp.ipynb #c7977a8e
 def is_sharded(model:torch.nn.Module): # a model, maybe wrapped
     "Whether a parameter of `model` is a `DTensor`: the model is sharded (e.g. by `torch.distributed.fsdp.fully_shard`)"
     return any(isinstance(p, DTensor) for p in unwrap_model(model).parameters())
 
 def _world(): return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 def _rank(): return dist.get_rank() if _world() > 1 else 0
+
+@contextlib.contextmanager
+def _quiet():
+    "A block in which DCP's warning that it runs without a process group is not shown (on one process that is what `no_dist=True` asks)"
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='torch.distributed is disabled')
+        yield
 
 def _all_ok(ok:bool):
     "Whether `ok` holds on every process (each process learns it: a collective)"
@@ -36,7 +43,7 @@ def _all_ok(ok:bool):
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return bool(t.item())
 
-# %% ../nbs/29_dcp.ipynb #d00bb36d
+# %% ../nbs/29_dcp.ipynb #34c53c5f
 def state_dicts(model:torch.nn.Module, # the trainer's model
                 opt=None, # its optimizer, or `None`
                 by_name:bool=False): # the optimizer's state keyed by parameter names (`get_state_dict`), as a sharded checkpoint holds it
@@ -62,7 +69,7 @@ def load_state_dicts(model:torch.nn.Module, # the trainer's model
     if shards := state.get('shards'):
         msd, osd = get_state_dict(model, opts)  # the layout to read into: this process's shards
         sd = {'model': msd, **({'optim': osd['state']} if with_opt else {})}
-        dcp.load(sd, storage_reader=dcp.FileSystemReader(shards), no_dist=_world() == 1)
+        with _quiet(): dcp.load(sd, storage_reader=dcp.FileSystemReader(shards), no_dist=_world() == 1)
         if with_opt: set_state_dict(model, opt, model_state_dict=sd['model'], optim_state_dict={'state': sd['optim'], 'param_groups': state['opt']['param_groups']})
         else: set_model_state_dict(model, sd['model'])
     elif is_sharded(model):  # a whole file into a sharded model: each process takes its shards of the full tensors
@@ -73,7 +80,7 @@ def load_state_dicts(model:torch.nn.Module, # the trainer's model
         model.load_state_dict(state['model'])
         if with_opt: opt.load_state_dict(state['opt'])
 
-# %% ../nbs/29_dcp.ipynb #97fd7360
+# %% ../nbs/29_dcp.ipynb #1f1e4ced
 def folder_problem(path): # a folder a `ShardedCheckpointEngine` wrote
     "Why the folder at `path` is no complete sharded checkpoint (unfinished, parts missing or damaged), or `None` if it is one"
     path = Path(path)
@@ -82,7 +89,10 @@ def folder_problem(path): # a folder a `ShardedCheckpointEngine` wrote
     if missing: return f"{path} lacks {', '.join(missing)}: it is no complete sharded checkpoint"
     try:
         for p in [path/'state.pt', *path.glob('rng_*.pt')]: verify(p)
+        n = _torch_load(path/'state.pt').get('world_size', 1)
     except CheckpointError as e: return str(e)
+    if missing := [f'rng_{i}.pt' for i in range(n) if not (path/f'rng_{i}.pt').is_file()]:
+        return f"{path} lacks {', '.join(missing)} of its {n} processes: it is no complete sharded checkpoint"
 
 class ShardedCheckpointEngine(CheckpointEngine):
     "Writes a checkpoint as a folder: each process its shards of the weights and optimizer (`torch.distributed.checkpoint`) and its random state, the main process the rest; atomically"
@@ -103,7 +113,7 @@ class ShardedCheckpointEngine(CheckpointEngine):
             tmp.mkdir(parents=True)
         _all_ok(True)  # (a barrier: the folder is there)
         tensors = {'model': state['model'], **({} if state['opt'] is None else {'optim': state['opt']['state']})}
-        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world() == 1)  # (raises on every process if one fails)
+        with _quiet(): dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world() == 1)  # (raises on every process if one fails)
         error = None
         try:
             self._files.save(state['rng'], tmp/f'rng_{rank}.pt')
@@ -144,14 +154,14 @@ class ShardedCheckpointEngine(CheckpointEngine):
         state['shards'] = str(path)
         return state
 
-# %% ../nbs/29_dcp.ipynb #be2fdc4f
+# %% ../nbs/29_dcp.ipynb #a005c462
 def consolidate_checkpoint(src, # a folder `ShardedCheckpointEngine` wrote
                            dest): # the file to write: the model's whole `state_dict`
     "Gather the weights of the sharded checkpoint `src` into one file `dest`, which `model.load_state_dict(torch.load(dest, weights_only=True))` loads into the model unsharded; on one process, no process group needed"
     if (why := folder_problem(src)) is not None: raise CheckpointError(why)
     meta = dcp.FileSystemReader(src).read_metadata().state_dict_metadata
     sd = {k[6:]: torch.empty(m.size, dtype=m.properties.dtype) for k, m in meta.items() if k.startswith('model.') and hasattr(m, 'size')}
-    dcp.load({'model': sd}, storage_reader=dcp.FileSystemReader(src), no_dist=True)
+    with _quiet(): dcp.load({'model': sd}, storage_reader=dcp.FileSystemReader(src), no_dist=True)
     return atomic_save(sd, dest)
 
 def save_full_weights(model:torch.nn.Module, # a model, sharded or not
