@@ -9,6 +9,8 @@ Each JOB, run in turn in the same processes, is
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
                                once it has written its shards and before the processes agree that the checkpoint is complete
+    preempt:NAME:DIR:EPOCHS    as straight, with PreemptionCB(DIR, exit=False) and no CheckpointCB; process 1 alone gets SIGTERM in
+                               the 4th batch (after 3 optimizer steps)
     export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
 Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
 random state when each checkpoint was saved and when one was loaded, the warnings, the outcome).
@@ -30,7 +32,7 @@ from aisaac.models import GPT
 from aisaac.dcp import ShardedCheckpointEngine, is_sharded, save_full_weights
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
-from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, last_checkpoint
 
 V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
 
@@ -54,6 +56,11 @@ class Record(Callback):
     def after_save_checkpoint(self, trainer, path=None, **kw):
         self.saved[f'{trainer.epoch}_{trainer.batch_num}'] = digest(torch.get_rng_state())
     def after_load_checkpoint(self, trainer, **kw): self.loaded = digest(torch.get_rng_state())
+
+class SignalAt(Callback):
+    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once 3 optimizer steps are taken"
+    def after_loss(self, trainer):
+        if world()[1] == 1 and trainer.model.training and trainer.clock.step == 3: os.kill(os.getpid(), signal.SIGTERM)
 
 def make_trainer(callbacks=()):
     "The same GPT every time, sharded per block under torchrun; each process's random state its own (seeded by its rank)"
@@ -90,6 +97,10 @@ def run(out, job):
                         Path(out/f'{name}.killed').write_text(str(tmp))
                         os.kill(os.getpid(), signal.SIGKILL)
                 ShardedCheckpointEngine._written = written
+            t.fit(int(n), lr=1e-2)
+        elif kind == 'preempt':
+            dir, n = args
+            t, rec = make_trainer([PreemptionCB(dir, exit=False), SignalAt()])
             t.fit(int(n), lr=1e-2)
         elif kind == 'resume':
             ckpt, n = args

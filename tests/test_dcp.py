@@ -46,9 +46,10 @@ def runs(tmp_path_factory):
     """The uninterrupted runs (2 epochs) on 2 sharded processes (s2), on 1 sharded (s1), on 1 plain (ps, file checkpoints), and the
     resumes of their checkpoints after 4 steps: s2's on 2 (r2), on 1 sharded (r1) and on 1 plain (p1); s1's on 2 (r21); ps's on 2 (rp2)"""
     out = tmp_path_factory.mktemp('dcp')
-    ok(out, 2, f'straight:s2:{out}/c2:2', f'resume:r2:{out}/c2/{MID}:2', f'export:e2:{out}/c2')
+    ok(out, 2, f'straight:s2:{out}/c2:2', f'resume:r2:{out}/c2/{MID}:2', f'export:e2:{out}/c2', f'preempt:pre:{out}/cpre:2',
+       f'resume:rpre2:{out}/cpre/{MID}:2')
     ok(out, 1, f'resume:r1:{out}/c2/{MID}:2', f'straight:s1:{out}/c1:2')
-    ok(out, 0, f'resume:p1:{out}/c2/{MID}:2', f'straight:ps:{out}/cp:2')
+    ok(out, 0, f'resume:p1:{out}/c2/{MID}:2', f'straight:ps:{out}/cp:2', f'resume:rpre1:{out}/cpre/{MID}:2')
     ok(out, 2, f'resume:r21:{out}/c1/{MID}:2', f'resume:rp2:{out}/cp/{MID}.pt:2')
     return out
 
@@ -95,6 +96,14 @@ def test_a_sharded_checkpoint_gathers_into_one_file_the_unsharded_model_loads(ru
     model.load_state_dict(torch.load(f, weights_only=True))  # strict: every key, every shape
     assert_same({k: v for k, v in model.state_dict().items()}, final, exact=True)
     assert_same(torch.load(runs/'e2.full.pt', weights_only=True), final, exact=True)
+
+def test_a_sigterm_to_one_process_ends_both_preempted_after_a_complete_sharded_checkpoint_that_resumes_on_2_and_1(runs):
+    "Process 1 alone gets SIGTERM in the 4th batch: both end 'preempted' after the sharded checkpoint of that point, which resumes to the uninterrupted run's weights"
+    for rank in (0, 1): assert result(runs, 'pre', rank)['outcome'] == 'preempted'
+    assert [p.name for p in checkpoints(runs/'cpre')] == [MID] and folder_problem(runs/'cpre'/MID) is None
+    assert sorted(os.listdir(runs/'cpre'/MID)) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng_0.pt', 'rng_1.pt', 'state.pt']
+    assert_same(weights(runs, 'rpre2'), weights(runs, 's2'), exact=True)
+    assert_same(weights(runs, 'rpre1'), weights(runs, 's2'))
 
 def test_a_process_killed_while_writing_leaves_the_previous_checkpoint_the_newest_complete(tmp_path):
     """Process 1 is killed (SIGKILL) at the 2nd checkpoint after writing its shards, before the processes agree it is complete: the
