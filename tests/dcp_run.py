@@ -5,7 +5,7 @@
     python dcp_run.py OUT JOB [JOB ...]
 
 Each JOB, run in turn in the same processes, is
-    straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every_n_batches=4)
+    straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
                                once it has written its shards and before the processes agree that the checkpoint is complete
@@ -88,7 +88,7 @@ def run(out, job):
         warnings.simplefilter('always')
         if kind in ('straight', 'kill'):
             dir, n = args
-            t, rec = make_trainer([CheckpointCB(dir, every_n_epochs=None, every_n_batches=4 if kind == 'straight' else 2, keep_last=None)])
+            t, rec = make_trainer([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
             if kind == 'kill':
                 calls = []
                 def written(self, tmp, r):

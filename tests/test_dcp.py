@@ -115,3 +115,17 @@ def test_a_process_killed_while_writing_leaves_the_previous_checkpoint_the_newes
         assert last_checkpoint(tmp_path/'ck').name == 'checkpoint_0000_000002'
     assert (tmp_path/'k.killed').read_text() == str(tmp_path/'ck'/'.checkpoint_0000_000004.tmp')
     assert folder_problem(tmp_path/'ck'/'.checkpoint_0000_000004.tmp').endswith('before every process had written its part')
+
+def test_a_folder_missing_a_process_part_or_unfinished_is_refused_naming_it(tmp_path):
+    "On one process: a folder without one process's random state, or a hidden unfinished one, is no checkpoint to `load` or `last_checkpoint`"
+    from torch import nn
+    from aisaac.dcp import ShardedCheckpointEngine
+    from aisaac.persist import CheckpointEngine, CheckpointError
+    p = ShardedCheckpointEngine().save({'model': nn.Linear(2, 2).state_dict(), 'opt': None, 'rng': {}, 'epoch': 0}, tmp_path/'checkpoint_0000_000001')
+    assert folder_problem(p) is None
+    CheckpointEngine().save({**torch.load(p/'state.pt', weights_only=True), 'world_size': 2}, p/'state.pt')  # as if 2 processes wrote it
+    assert folder_problem(p).endswith("lacks rng_1.pt of its 2 processes: it is no complete sharded checkpoint")
+    with pytest.raises(CheckpointError, match=r"lacks rng_1\.pt.*`last_checkpoint` skips it"): ShardedCheckpointEngine().load(p)
+    with pytest.raises(CheckpointError, match='None of the 1 checkpoints'): last_checkpoint(tmp_path)
+    p.rename(tmp_path/'.checkpoint_0000_000001.tmp')
+    with pytest.raises(CheckpointError, match='unfinished sharded checkpoint'): ShardedCheckpointEngine().load(tmp_path/'.checkpoint_0000_000001.tmp')
