@@ -43,6 +43,14 @@ def _all_ok(ok:bool):
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return bool(t.item())
 
+def _on_main(f, what):
+    "Run `f` on the main process; if it fails, raise `CheckpointWriteError` starting with `what` on every process (none is left waiting)"
+    error = None
+    if _rank() == 0:
+        try: f()
+        except OSError as e: error = e
+    if not _all_ok(error is None): raise CheckpointWriteError(f"{what}: {error or 'it failed on the main process'}") from error
+
 # %% ../nbs/29_dcp.ipynb #34c53c5f
 def state_dicts(model:torch.nn.Module, # the trainer's model
                 opt=None, # its optimizer, or `None`
@@ -108,10 +116,10 @@ class ShardedCheckpointEngine(CheckpointEngine):
         "Write `state` to the folder `path`, on every process at once (a collective): it appears only once every process has written its part"
         path, rank = Path(path), _rank()
         tmp, old = path.with_name(f'.{path.name}.tmp'), path.with_name(f'.{path.name}.old')
-        if rank == 0:
+        def start():
             shutil.rmtree(tmp, ignore_errors=True)  # left by a run that was killed while writing this checkpoint
             tmp.mkdir(parents=True)
-        _all_ok(True)  # (a barrier: the folder is there)
+        _on_main(start, f"Could not start the sharded checkpoint {tmp}")  # (a barrier: the folder is there)
         tensors = {'model': state['model'], **({} if state['opt'] is None else {'optim': state['opt']['state']})}
         with _quiet(): dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world() == 1)  # (raises on every process if one fails)
         error = None
@@ -126,12 +134,15 @@ class ShardedCheckpointEngine(CheckpointEngine):
         if not _all_ok(error is None):  # every process has written its part, or they all raise
             raise CheckpointWriteError(f"Could not write the sharded checkpoint {path}: {error or 'another process failed to write its part'}. "
                                        f"It is left unfinished in {tmp}, and the previous checkpoints are untouched") from error
-        if rank == 0:  # the folder appears whole, or not at all
-            if path.exists(): os.replace(path, old)
-            os.replace(tmp, path)
+        def finish():  # the folder appears whole, or not at all
+            if replaced := path.exists(): os.replace(path, old)  # (a checkpoint of the same name, written earlier)
+            try: os.replace(tmp, path)
+            except OSError:
+                if replaced: os.replace(old, path)  # the earlier one stays
+                raise
             fsync_dir(path.parent)
             shutil.rmtree(old, ignore_errors=True)
-        _all_ok(True)  # (no process goes on before the checkpoint is complete)
+        _on_main(finish, f"Could not complete the sharded checkpoint {path}")  # (no process goes on before it is complete)
         return path
 
     def _written(self, tmp, rank):

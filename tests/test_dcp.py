@@ -129,3 +129,21 @@ def test_a_folder_missing_a_process_part_or_unfinished_is_refused_naming_it(tmp_
     with pytest.raises(CheckpointError, match='None of the 1 checkpoints'): last_checkpoint(tmp_path)
     p.rename(tmp_path/'.checkpoint_0000_000001.tmp')
     with pytest.raises(CheckpointError, match='unfinished sharded checkpoint'): ShardedCheckpointEngine().load(tmp_path/'.checkpoint_0000_000001.tmp')
+
+def test_a_failure_to_complete_the_folder_is_an_error_and_leaves_the_previous_one_whole(tmp_path):
+    "On one process: the rename that completes the folder fails (a full disk, say): `CheckpointWriteError` naming it; the folder of the earlier save of that name is whole"
+    from unittest import mock
+    from torch import nn
+    from aisaac.dcp import ShardedCheckpointEngine
+    from aisaac.persist import CheckpointWriteError
+    state = {'model': nn.Linear(2, 2).state_dict(), 'opt': None, 'rng': {}, 'epoch': 0}
+    p = ShardedCheckpointEngine().save(state, tmp_path/'checkpoint_0000_000001')
+    real = os.replace
+    def replace(src, dst):  # fails for the rename of the new folder only
+        if Path(src).name == '.checkpoint_0000_000001.tmp': raise OSError(28, 'No space left on device')
+        return real(src, dst)
+    with mock.patch('aisaac.dcp.os.replace', replace):
+        with pytest.raises(CheckpointWriteError, match=r'Could not complete the sharded checkpoint .*checkpoint_0000_000001: \[Errno 28\] No space'):
+            ShardedCheckpointEngine().save({**state, 'epoch': 1}, p)
+    assert folder_problem(p) is None and torch.load(p/'state.pt', weights_only=True)['epoch'] == 0
+    assert last_checkpoint(tmp_path) == p
