@@ -36,6 +36,7 @@ from .steps import *
 from .logs import *
 from .ranks import *
 from .persist import *
+from .dcp import *
 from .checkpoint import *
 from .trainer import *
 from .testing import *
@@ -73,7 +74,7 @@ from .callbacks.accel import *
 from .callbacks.sharding import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -102,6 +103,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     logs,
     ranks,
     persist,
+    dcp,
     checkpoint,
     trainer,
     testing,

@@ -16,6 +16,7 @@ from .core.callback import Callback
 from .core.dispatch import with_cbs
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
+from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
 
 # %% ../nbs/26_checkpoint.ipynb #163db393
 def loader_generators(dls): # an object with `train` and `valid` loaders
@@ -154,8 +155,7 @@ def _apply(trainer, state):
     rng = rng_state(gens)
     try:  # all or nothing: a part that fails to load puts back the parts loaded before it
         for o, s in loads: o.load_state_dict(s)
-        model.load_state_dict(state['model'])
-        if state['opt'] is not None and opt is not None: opt.load_state_dict(state['opt'])
+        load_state_dicts(model, opt, state)  # (a sharded checkpoint's: each process reads its shards)
         set_rng_state(state['rng'], gens)
         if state.get('clock') is not None and clock is not None: clock.load_state_dict(state['clock'])
     except BaseException:
@@ -196,8 +196,7 @@ class Checkpoints:
         stream_state = None if stream is None or self.steps is None else {'n': stream.n, 'valid_every': self.valid_every}
         return {'format': CHECKPOINT_FORMAT, 'version': CHECKPOINT_VERSION, 'aisaac': __version__, 'torch': str(torch.__version__),
                 'epoch': epoch, 'batch': batch,
-                'model': unwrap_model(self.model).state_dict(),
-                'opt': None if self.opt is None else self.opt.state_dict(),
+                **dict(zip(('model', 'opt'), state_dicts(self.model, self.opt, getattr(self.checkpoint_engine, 'sharded', False)))),
                 'rng': rng_state(loader_generators(self.dls)),
                 'epoch_rng': self.__dict__.get('_epoch_rng') if batch or (stream_state and stream_state['n']) else None,
                 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None, 'stream': stream_state,
@@ -206,13 +205,14 @@ class Checkpoints:
 
     @with_cbs('save_checkpoint')
     def save_checkpoint(self, path): # the file to write; its folder is made if needed
-        "Write the whole training state to `path`, atomically and on the main process only; returns the path"
-        state = self.checkpoint_state()
-        return self.checkpoint_engine.save(state, path) if is_main_process() else Path(path)
+        "Write the whole training state to `path`, atomically: a file, on the main process only; a sharded model's, a folder, by every process; returns the path"
+        if not (getattr(self.checkpoint_engine, 'sharded', False) or is_main_process()): return Path(path)
+        return self.checkpoint_engine.save(self.checkpoint_state(), path)
 
-    def read_checkpoint(self, path): # a file written by `save_checkpoint`
-        "Read the checkpoint at `path` with the checkpoint engine and check that it is a complete one; changes nothing"
-        state = self.checkpoint_engine.load(path)
+    def read_checkpoint(self, path): # a file (or a sharded checkpoint's folder) written by `save_checkpoint`
+        "Read the checkpoint at `path` with the checkpoint engine (a folder: a `ShardedCheckpointEngine`) and check that it is a complete one; changes nothing"
+        engine = self.checkpoint_engine
+        state = (engine if getattr(engine, 'sharded', False) or not Path(path).is_dir() else ShardedCheckpointEngine()).load(path)
         _check_format(state, path)
         return state
 
@@ -299,8 +299,11 @@ class Checkpoints:
 
     @property
     def checkpoint_engine(self):
-        "The trainer's `CheckpointEngine`, which writes and reads its checkpoint files; assign another to change how"
-        if (e := self.__dict__.get('_checkpoint_engine')) is None: e = self._checkpoint_engine = CheckpointEngine()
+        "The trainer's `CheckpointEngine`, which writes and reads its checkpoints (a `ShardedCheckpointEngine` for a sharded model); assign another to change how"
+        e = self.__dict__.get('_checkpoint_engine')
+        if e is None or (getattr(e, 'auto', False) and e.sharded != is_sharded(self.model)):  # the default follows the model
+            e = self._checkpoint_engine = (ShardedCheckpointEngine if is_sharded(self.model) else CheckpointEngine)()
+            e.auto = True
         return e
 
     @checkpoint_engine.setter

@@ -196,6 +196,7 @@ def verify(path): # a file `torch.save` wrote
 # %% ../nbs/25_persist.ipynb #0c078216
 class CheckpointEngine(CallbackMixin):
     "Writes and reads checkpoint files; `save` and `load` are phases, so callbacks can rewrite what is written and what is read"
+    sharded, suffix = False, '.pt'  # one file, written by the main process (`aisaac.dcp.ShardedCheckpointEngine`: a folder, by every process)
     def __init__(self, callbacks=None, # callbacks with `before_save`, `after_save`, `before_load` or `after_load` hooks
                  sealed:bool=True): # seal each file with its SHA-256 (about 0.15 s per 200 MiB to write, as much to check on load)
         self.sealed = sealed

@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/savers.html.md"""
 __all__ = ['checkpoints', 'checkpoint_problem', 'last_checkpoint', 'CheckpointCB', 'PreemptionCB', 'SaveBestModelCB']
 
 # %% ../../nbs/callbacks/70_savers.ipynb #16d7654c
-import math, os, re, signal, threading, warnings
+import math, os, re, shutil, signal, threading, warnings
 from pathlib import Path
 import torch
 from ..clock import Every
@@ -17,23 +17,26 @@ from ..core.callback import Callback
 from ..ranks import PreemptedException
 from ..persist import CheckpointError, atomic_save, is_main_process, unwrap_model, verify, wait_for_everyone, _alive, _torch_load, _writer
 from ..checkpoint import _check_format
+from ..dcp import folder_problem, _world
 from ..utils import try_print
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
-_ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+)\.pt')  # by epoch and batch, or (a run measured in steps) by step
+_ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+)(\.pt)?')  # by epoch and batch, or (a run measured in steps) by step; a file, or a sharded checkpoint's folder
 
 def _file_name(trainer):
     "The name of a checkpoint `trainer` writes now: by the global optimizer step in a run measured in steps, else by the point it resumes at"
     epoch, batch = trainer.resume_point()  # (an error where there is no exact resume point)
-    return f'checkpoint_step_{trainer.clock.step:06d}.pt' if trainer.steps is not None else f'checkpoint_{epoch:04d}_{batch:06d}.pt'
+    name = f'checkpoint_step_{trainer.clock.step:06d}' if trainer.steps is not None else f'checkpoint_{epoch:04d}_{batch:06d}'
+    return name + getattr(trainer.checkpoint_engine, 'suffix', '.pt')  # ('.pt', a file; '', a sharded checkpoint's folder)
 
 def checkpoints(dir): # a folder `CheckpointCB` writes to
-    "The checkpoints `CheckpointCB` wrote in `dir`, oldest first"
-    files = [p for p in Path(dir).glob('checkpoint_*.pt') if _ckpt_name.fullmatch(p.name)]
+    "The checkpoints `CheckpointCB` wrote in `dir` (files, and the folders of sharded checkpoints), oldest first"
+    files = [p for p in Path(dir).glob('checkpoint_*') if _ckpt_name.fullmatch(p.name) and p.is_dir() == (p.suffix != '.pt')]
     return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 def checkpoint_problem(path): # a checkpoint file
-    "Why the file at `path` cannot be resumed from (truncated, damaged, not an aisaac checkpoint), or `None` if it is whole"
+    "Why the file (or folder) at `path` cannot be resumed from (truncated, damaged, unfinished, not an aisaac checkpoint), or `None` if it is whole"
+    if Path(path).is_dir(): return folder_problem(path)
     try:
         if verify(path): return None  # sealed, and its content matches its SHA-256
         _check_format(_torch_load(path), path)  # an unsealed file (an older aisaac): read it whole
@@ -43,6 +46,9 @@ def last_checkpoint(dir, # a folder `CheckpointCB` writes to
                     check:bool=True): # skip the newest files that are damaged, truncated or not checkpoints, with a warning
     "The newest whole checkpoint in `dir`, or `None` if there is none at all: `trainer.fit(n, resume_from=last_checkpoint(dir))`"
     files = checkpoints(dir) if Path(dir).is_dir() else []
+    if unfinished := sorted(p.name for p in Path(dir).glob('.checkpoint_*.tmp') if p.is_dir()):
+        warnings.warn(f"last_checkpoint skipped unfinished sharded checkpoint(s) in {dir}, which a process stopped before every process "
+                      f"had written its part: {', '.join(unfinished)} (CheckpointCB removes them after its next save)")
     if not check or not files: return files[-1] if files else None
     bad = []
     for p in reversed(files):
@@ -56,8 +62,9 @@ def last_checkpoint(dir, # a folder `CheckpointCB` writes to
 
 def _remove_stale_temps(dir):
     "Remove the temporary files that saves of processes no longer running left in `dir` (of other checkpoints' names too)"
-    for p in Path(dir).glob('.checkpoint_*.tmp'):
-        if (pid := _writer(p)) is not None and pid != os.getpid() and not _alive(pid): p.unlink(missing_ok=True)
+    for p in Path(dir).glob('.checkpoint_*'):
+        if p.is_dir() and p.suffix in ('.tmp', '.old'): shutil.rmtree(p, ignore_errors=True)  # sharded ones a killed run left (ours are done)
+        elif (pid := _writer(p)) is not None and pid != os.getpid() and not _alive(pid): p.unlink(missing_ok=True)
 
 # %% ../../nbs/callbacks/70_savers.ipynb #232f0ed5
 def _check_every(name, n):
@@ -67,7 +74,7 @@ def _check_every(name, n):
 class CheckpointCB(Callback):
     "Save a checkpoint in `dir` every `every_n_epochs` epochs, every `every_n_batches` batches or `every` (steps, tokens, minutes...), keeping the `keep_last` newest"
     order = 100  # after the other `checkpoint` handlers: the checkpoint holds their work
-    runs_on = 'main'  # in a distributed run only the main process writes
+    # runs on every process: a sharded model's checkpoint is written by all of them (a plain one by the main process only)
     def __init__(self, dir='checkpoints', # the folder of the checkpoints, made if needed
                  every_n_epochs:int=1, # save at the end of every n-th epoch (`None`: never at an epoch's end)
                  every_n_batches:int=None, # also save after every n-th training batch of each epoch
@@ -93,6 +100,9 @@ class CheckpointCB(Callback):
         n = self.every_n_epochs if at == 'epoch' else self.every_n_batches
         due = bool(n) and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1
         if at == 'batch' and self.every is not None and self.every.due(trainer.clock): due = True
+        if at == 'batch' and self.every is not None and getattr(trainer.checkpoint_engine, 'sharded', False) and _world() > 1:
+            torch.distributed.broadcast(t := torch.tensor([int(due)]), 0)  # the main's clock decides for all: they save together
+            due = bool(t.item())
         if due: self.save(trainer)
 
     def save(self, trainer): # the trainer whose checkpoint to write
@@ -100,7 +110,7 @@ class CheckpointCB(Callback):
         self.last = trainer.save_checkpoint(self.dir/_file_name(trainer))
         if is_main_process():
             if self.keep_last:
-                for old in checkpoints(self.dir)[:-self.keep_last]: old.unlink(missing_ok=True)
+                for old in checkpoints(self.dir)[:-self.keep_last]: shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
             _remove_stale_temps(self.dir)
         return self.last
 

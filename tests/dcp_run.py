@@ -1,0 +1,123 @@
+"""Sharded checkpoints of a tiny GPT for tests/test_dcp.py: under torchrun (gloo, CPU) the model is sharded per block with FSDP2's
+`fully_shard` (its parameters become DTensors); run with plain `python`, it is one process and not sharded.
+
+    torchrun --standalone --nproc_per_node N dcp_run.py OUT JOB [JOB ...]
+    python dcp_run.py OUT JOB [JOB ...]
+
+Each JOB, run in turn in the same processes, is
+    straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
+    resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
+    kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
+                               once it has written its shards and before the processes agree that the checkpoint is complete
+    preempt:NAME:DIR:EPOCHS    as straight, with PreemptionCB(DIR, exit=False) and no CheckpointCB; process 1 alone gets SIGTERM in
+                               the 4th batch (after 3 optimizer steps)
+    export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
+Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
+random state when each checkpoint was saved and when one was loaded, the warnings, the outcome).
+
+The data give every process its part of the same global batch of 8 sequences, whatever the number of processes (process r of W takes
+rows r, r+W, ... and batches of 8/W), so a run on 1 process and one on 2 take the same optimizer steps (up to float rounding).
+"""
+import datetime, hashlib, json, os, signal, sys, warnings
+from pathlib import Path
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+from torch.utils.data import DataLoader, TensorDataset
+from aisaac.core.callback import Callback
+from aisaac.trainer import Trainer
+from aisaac.data import DataLoaders
+from aisaac.models import GPT
+from aisaac.dcp import ShardedCheckpointEngine, is_sharded, save_full_weights
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.schedule import OneCycleSchedulerCB
+from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, last_checkpoint
+
+V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
+
+def world(): return (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+
+def make_dls():
+    "This process's part of every global batch"
+    W, r = world()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, V, (N, T + 1), generator=g)
+    xs, ys = x[r::W, :-1], x[r::W, 1:]
+    return DataLoaders(DataLoader(TensorDataset(xs, ys), BS // W), DataLoader(TensorDataset(xs[:16 // W], ys[:16 // W]), BS // W))
+
+def lm_loss(logits, y): return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+def digest(t): return hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]
+
+class Record(Callback):
+    "The SHA-256 of this process's torch random state at each checkpoint saved and loaded"
+    def __init__(self): self.saved, self.loaded = {}, None
+    def after_save_checkpoint(self, trainer, path=None, **kw):
+        self.saved[f'{trainer.epoch}_{trainer.batch_num}'] = digest(torch.get_rng_state())
+    def after_load_checkpoint(self, trainer, **kw): self.loaded = digest(torch.get_rng_state())
+
+class SignalAt(Callback):
+    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once 3 optimizer steps are taken"
+    def after_loss(self, trainer):
+        if world()[1] == 1 and trainer.model.training and trainer.clock.step == 3: os.kill(os.getpid(), signal.SIGTERM)
+
+def make_trainer(callbacks=()):
+    "The same GPT every time, sharded per block under torchrun; each process's random state its own (seeded by its rank)"
+    torch.manual_seed(0)
+    model = GPT(V, n_layer=2, n_head=2, d_model=16, block_size=T)
+    if dist.is_initialized():
+        from torch.distributed.fsdp import fully_shard
+        for block in model.blocks: fully_shard(block)
+        fully_shard(model)
+        assert is_sharded(model)
+    torch.manual_seed(100 + world()[1])
+    rec = Record()
+    return Trainer(make_dls(), lm_loss, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), OneCycleSchedulerCB(), rec, *callbacks]), rec
+
+def full_weights(model):
+    "The whole weights, on every process"
+    if not is_sharded(model): return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return get_state_dict(model, [], options=StateDictOptions(full_state_dict=True))[0]
+
+def run(out, job):
+    kind, name, *args = job.split(':')
+    W, rank = world()
+    res = {'world': W}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        if kind in ('straight', 'kill'):
+            dir, n = args
+            t, rec = make_trainer([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
+            if kind == 'kill':
+                calls = []
+                def written(self, tmp, r):
+                    calls.append(tmp)
+                    if r == 1 and len(calls) == 2:
+                        Path(out/f'{name}.killed').write_text(str(tmp))
+                        os.kill(os.getpid(), signal.SIGKILL)
+                ShardedCheckpointEngine._written = written
+            t.fit(int(n), lr=1e-2)
+        elif kind == 'preempt':
+            dir, n = args
+            t, rec = make_trainer([PreemptionCB(dir, exit=False), SignalAt()])
+            t.fit(int(n), lr=1e-2)
+        elif kind == 'resume':
+            ckpt, n = args
+            t, rec = make_trainer()
+            t.fit(int(n), lr=1e-2, resume_from=ckpt)
+        elif kind == 'export':
+            t, rec = make_trainer()
+            t.load_checkpoint(last_checkpoint(args[0]))
+            save_full_weights(t.model, out/f'{name}.full.pt')
+    res.update(saved=rec.saved, loaded=rec.loaded, warnings=[str(w.message) for w in caught if 'aisaac' in str(w.filename) or 'resumes on' in str(w.message)],
+               outcome=getattr(t, 'outcome', None))
+    weights = full_weights(t.model)
+    if rank == 0: torch.save(weights, out/f'{name}.pt')
+    (out/f'{name}_{rank}.json').write_text(json.dumps(res))
+
+if __name__ == '__main__':
+    out, jobs = Path(sys.argv[1]), sys.argv[2:]
+    if 'RANK' in os.environ: dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
+    for job in jobs: run(out, job)
+    if dist.is_initialized(): dist.destroy_process_group()

@@ -1,0 +1,149 @@
+"""Sharded checkpoints (aisaac.dcp) of a tiny GPT sharded per block with FSDP2's `fully_shard`, on CPU processes (torchrun, gloo):
+every process writes its shards and its random state into a folder that appears only once all have; the checkpoint resumes on 2
+processes, on 1 (sharded or not) and the reverse with the uninterrupted run's weights; a process killed in the middle of a write
+leaves the previous checkpoint the newest complete one; a sharded checkpoint gathers into one file for inference."""
+import json, os, signal, subprocess, sys, warnings
+from pathlib import Path
+import pytest
+import torch
+from aisaac.models import GPT
+from aisaac.dcp import consolidate_checkpoint, folder_problem
+from aisaac.callbacks.savers import checkpoints, last_checkpoint
+
+HERE = Path(__file__).parent
+LIMIT = 240  # seconds for one launch; each takes about 15 s on 2 idle cores
+
+def launch(out, nproc, *jobs):
+    "Run tests/dcp_run.py's `jobs` on `nproc` processes (torchrun), or on one plain process (`nproc=0`); its log and return code"
+    run = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(nproc)] if nproc else [sys.executable]
+    env = {**os.environ, 'PYTHONPATH': str(HERE.parent), 'OMP_NUM_THREADS': '1'}
+    p = subprocess.Popen([*run, str(HERE/'dcp_run.py'), str(out), *jobs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, env=env, cwd=out)
+    try: log, _ = p.communicate(timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # torchrun and its processes
+        p.communicate()
+        pytest.fail(f"{jobs} on {nproc} process(es) did not end in {LIMIT} s: a process waits for another")
+    return log, p.returncode
+
+def ok(out, nproc, *jobs):
+    log, rc = launch(out, nproc, *jobs)
+    assert rc == 0, log[-4000:]
+
+def result(out, name, rank=0): return json.loads((out/f'{name}_{rank}.json').read_text())
+def weights(out, name): return torch.load(out/f'{name}.pt', weights_only=True)
+
+def assert_same(a, b, exact=False):
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if exact: assert torch.equal(a[k], b[k]), k
+        else: torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-4, msg=k)
+
+MID = 'checkpoint_0000_000004'  # after 4 of the 8 steps of epoch 0
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    """The uninterrupted runs (2 epochs) on 2 sharded processes (s2), on 1 sharded (s1), on 1 plain (ps, file checkpoints), and the
+    resumes of their checkpoints after 4 steps: s2's on 2 (r2), on 1 sharded (r1) and on 1 plain (p1); s1's on 2 (r21); ps's on 2 (rp2)"""
+    out = tmp_path_factory.mktemp('dcp')
+    ok(out, 2, f'straight:s2:{out}/c2:2', f'resume:r2:{out}/c2/{MID}:2', f'export:e2:{out}/c2', f'preempt:pre:{out}/cpre:2',
+       f'resume:rpre2:{out}/cpre/{MID}:2')
+    ok(out, 1, f'resume:r1:{out}/c2/{MID}:2', f'straight:s1:{out}/c1:2')
+    ok(out, 0, f'resume:p1:{out}/c2/{MID}:2', f'straight:ps:{out}/cp:2', f'resume:rpre1:{out}/cpre/{MID}:2')
+    ok(out, 2, f'resume:r21:{out}/c1/{MID}:2', f'resume:rp2:{out}/cp/{MID}.pt:2')
+    return out
+
+def test_a_sharded_checkpoint_is_a_folder_each_process_wrote_its_part_of(runs):
+    "Every 4 steps a folder: the shards of both processes, the random state of each, the rest of the checkpoint; nothing left over"
+    names = [p.name for p in checkpoints(runs/'c2')]
+    assert names == ['checkpoint_0000_000004', 'checkpoint_0000_000008', 'checkpoint_0001_000004', 'checkpoint_0001_000008']
+    assert sorted(os.listdir(runs/'c2'/MID)) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng_0.pt', 'rng_1.pt', 'state.pt']
+    assert sorted(os.listdir(runs/'c2')) == names  # no temporary folder left
+    assert all(folder_problem(p) is None for p in checkpoints(runs/'c2'))
+    state = torch.load(runs/'c2'/MID/'state.pt', weights_only=True)
+    assert (state['epoch'], state['batch'], state['world_size'], state['model']) == (0, 4, 2, None)
+    assert 'OneCycleSchedulerCB' in state['callbacks'] and state['clock'] is not None
+
+def test_resumed_on_the_same_number_of_processes_the_weights_and_each_process_random_state_are_the_run_own(runs):
+    "Resumed on 2 from the checkpoint after 4 steps: the final weights equal the uninterrupted run's exactly; each process gets its own random state back"
+    assert_same(weights(runs, 'r2'), weights(runs, 's2'), exact=True)
+    for rank in (0, 1):
+        assert result(runs, 'r2', rank)['loaded'] == result(runs, 's2', rank)['saved']['0_3']
+        assert result(runs, 'r2', rank)['warnings'] == []
+    assert result(runs, 's2', 0)['saved']['0_3'] != result(runs, 's2', 1)['saved']['0_3']  # (the processes' states differ)
+
+def test_written_by_2_processes_it_resumes_on_1_sharded_or_not_with_the_same_weights(runs):
+    "Resharded by DCP: on 1 process (sharded on it, or a plain model) the final weights equal the 2-process run's (to float rounding)"
+    for name in ('r1', 'p1'):
+        assert_same(weights(runs, name), weights(runs, 's2'))
+        r = result(runs, name)
+        assert r['loaded'] == result(runs, 's2', 0)['saved']['0_3']  # the main process's random state, with a warning saying so
+        assert any('was written by 2 process(es) and resumes on 1' in w for w in r['warnings'])
+
+def test_written_by_1_process_sharded_or_not_it_resumes_on_2_with_the_same_weights(runs):
+    "A 1-process sharded checkpoint (a folder) and a plain run's file both resume on 2 sharded processes to the 1-process run's weights"
+    assert_same(weights(runs, 's1'), weights(runs, 's2'))
+    assert_same(weights(runs, 'r21'), weights(runs, 's1'))
+    assert [p.name for p in checkpoints(runs/'cp')][0] == f'{MID}.pt'  # not sharded: files, as before
+    assert_same(weights(runs, 'rp2'), weights(runs, 'ps'))
+    for rank in (0, 1): assert result(runs, 'r21', rank)['loaded'] == result(runs, 's1')['saved']['0_3']
+
+def test_a_sharded_checkpoint_gathers_into_one_file_the_unsharded_model_loads(runs, tmp_path):
+    "`consolidate_checkpoint` (one process, no process group) and `save_full_weights` (live, every process) give the final weights"
+    final = weights(runs, 's2')
+    f = consolidate_checkpoint(checkpoints(runs/'c2')[-1], tmp_path/'model.pt')
+    model = GPT(32, n_layer=2, n_head=2, d_model=16, block_size=8)
+    model.load_state_dict(torch.load(f, weights_only=True))  # strict: every key, every shape
+    assert_same({k: v for k, v in model.state_dict().items()}, final, exact=True)
+    assert_same(torch.load(runs/'e2.full.pt', weights_only=True), final, exact=True)
+
+def test_a_sigterm_to_one_process_ends_both_preempted_after_a_complete_sharded_checkpoint_that_resumes_on_2_and_1(runs):
+    "Process 1 alone gets SIGTERM in the 4th batch: both end 'preempted' after the sharded checkpoint of that point, which resumes to the uninterrupted run's weights"
+    for rank in (0, 1): assert result(runs, 'pre', rank)['outcome'] == 'preempted'
+    assert [p.name for p in checkpoints(runs/'cpre')] == [MID] and folder_problem(runs/'cpre'/MID) is None
+    assert sorted(os.listdir(runs/'cpre'/MID)) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng_0.pt', 'rng_1.pt', 'state.pt']
+    assert_same(weights(runs, 'rpre2'), weights(runs, 's2'), exact=True)
+    assert_same(weights(runs, 'rpre1'), weights(runs, 's2'))
+
+def test_a_process_killed_while_writing_leaves_the_previous_checkpoint_the_newest_complete(tmp_path):
+    """Process 1 is killed (SIGKILL) at the 2nd checkpoint after writing its shards, before the processes agree it is complete: the
+    checkpoint stays in its hidden temporary folder, which `last_checkpoint` skips with a warning; the 1st is the newest complete one"""
+    log, rc = launch(tmp_path, 2, f'kill:k:{tmp_path}/ck:2')
+    assert rc != 0 and 'SIGKILL' in log, log[-3000:]
+    assert [p.name for p in checkpoints(tmp_path/'ck')] == ['checkpoint_0000_000002']
+    with pytest.warns(UserWarning, match=r'skipped unfinished sharded checkpoint\(s\).*\.checkpoint_0000_000004\.tmp'):
+        assert last_checkpoint(tmp_path/'ck').name == 'checkpoint_0000_000002'
+    assert (tmp_path/'k.killed').read_text() == str(tmp_path/'ck'/'.checkpoint_0000_000004.tmp')
+    assert folder_problem(tmp_path/'ck'/'.checkpoint_0000_000004.tmp').endswith('before every process had written its part')
+
+def test_a_folder_missing_a_process_part_or_unfinished_is_refused_naming_it(tmp_path):
+    "On one process: a folder without one process's random state, or a hidden unfinished one, is no checkpoint to `load` or `last_checkpoint`"
+    from torch import nn
+    from aisaac.dcp import ShardedCheckpointEngine
+    from aisaac.persist import CheckpointEngine, CheckpointError
+    p = ShardedCheckpointEngine().save({'model': nn.Linear(2, 2).state_dict(), 'opt': None, 'rng': {}, 'epoch': 0}, tmp_path/'checkpoint_0000_000001')
+    assert folder_problem(p) is None
+    CheckpointEngine().save({**torch.load(p/'state.pt', weights_only=True), 'world_size': 2}, p/'state.pt')  # as if 2 processes wrote it
+    assert folder_problem(p).endswith("lacks rng_1.pt of its 2 processes: it is no complete sharded checkpoint")
+    with pytest.raises(CheckpointError, match=r"lacks rng_1\.pt.*`last_checkpoint` skips it"): ShardedCheckpointEngine().load(p)
+    with pytest.raises(CheckpointError, match='None of the 1 checkpoints'): last_checkpoint(tmp_path)
+    p.rename(tmp_path/'.checkpoint_0000_000001.tmp')
+    with pytest.raises(CheckpointError, match='unfinished sharded checkpoint'): ShardedCheckpointEngine().load(tmp_path/'.checkpoint_0000_000001.tmp')
+
+def test_a_failure_to_complete_the_folder_is_an_error_and_leaves_the_previous_one_whole(tmp_path):
+    "On one process: the rename that completes the folder fails (a full disk, say): `CheckpointWriteError` naming it; the folder of the earlier save of that name is whole"
+    from unittest import mock
+    from torch import nn
+    from aisaac.dcp import ShardedCheckpointEngine
+    from aisaac.persist import CheckpointWriteError
+    state = {'model': nn.Linear(2, 2).state_dict(), 'opt': None, 'rng': {}, 'epoch': 0}
+    p = ShardedCheckpointEngine().save(state, tmp_path/'checkpoint_0000_000001')
+    real = os.replace
+    def replace(src, dst):  # fails for the rename of the new folder only
+        if Path(src).name == '.checkpoint_0000_000001.tmp': raise OSError(28, 'No space left on device')
+        return real(src, dst)
+    with mock.patch('aisaac.dcp.os.replace', replace):
+        with pytest.raises(CheckpointWriteError, match=r'Could not complete the sharded checkpoint .*checkpoint_0000_000001: \[Errno 28\] No space'):
+            ShardedCheckpointEngine().save({**state, 'epoch': 1}, p)
+    assert folder_problem(p) is None and torch.load(p/'state.pt', weights_only=True)['epoch'] == 0
+    assert last_checkpoint(tmp_path) == p
