@@ -143,6 +143,7 @@ def hf_peer(dls, vocab_size, reps, n, dev, precisions):
             for name in random.sample(list(variants), len(variants)):
                 set_seed(100 + r)
                 res[name] = variants[name](copy.deepcopy(base))
+                print(f"#     {prec} {name}: {res[name]*1000:.0f} ms/batch", flush=True)
                 times[name].append(res[name])
             for k in variants: ratios[k].append(res[k] / res['raw loop'])
             print(f"#   {prec} repeat {r+1}: " + ', '.join(f"{k} {v*1000:.0f} ms" for k, v in res.items()), flush=True)
