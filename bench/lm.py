@@ -20,8 +20,24 @@ bfloat16 there too (as the tutorial on a CPU; `MixedPrecisionCB(torch.bfloat16)`
 device sync.
 
 Run: `python bench/lm.py` (about two minutes on 2 cores), `--repeats`, `--batches`, `--quick`, `--device`.
+
+`--hf` (needs `transformers`): the peer. A `transformers` GPT-2 of the same size (4 layers x 192, 4 heads, 128 positions,
+dropout 0.1, built from a config, no download) trained on the same blocks for the same batches, five ways, interleaved:
+
+  raw loop        the steps written out, `torch.optim.AdamW` as constructed by default (on a CPU: its for-loop implementation)
+  aisaac          the tutorial's trainer as above (`opt_func=torch.optim.AdamW`), `lm_loss` on the model's `logits`
+  aisaac fused    the same with `opt_func=partial(torch.optim.AdamW, fused=True)`
+  HF same opt     `transformers.Trainer` given the same optimizer and schedule (`optimizers=(AdamW, LambdaLR)`)
+  HF defaults     `transformers.Trainer` with its defaults: its fused AdamW (`optim='adamw_torch_fused'`), weight decay 0,
+                  its own data loader (`default_data_collator` over a dataset of blocks); told only the learning rate, the
+                  warm-up + cosine schedule, `max_grad_norm=1` (its default), `bf16`, `max_steps`, no reporting, no progress bar
+
+All compute `lm_loss` on the same pre-shifted labels (the HF Trainer through `compute_loss_func`). `--precision fp32`,
+`bf16` (autocast, the default) or `both`. Each variant's time is its whole `fit`/`train()` call (set-up included) over
+the batches; the ratios are medians of per-repeat ratios to the raw loop of the same repeat.
 """
-import copy, sys, time
+import argparse, copy, random, statistics, sys, tempfile, time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
@@ -45,17 +61,19 @@ BS, T, LR, STEPS, WARMUP = 32, 128, 2e-3, 2300, 100  # the schedule is laid out 
 def sync(dev):
     if dev.type == 'cuda': torch.cuda.synchronize(dev)
 
-def raw(model, dl, n, dev):
+def logits_of(out): return getattr(out, 'logits', out)  # a `transformers` model returns an output with `logits`
+
+def raw(model, dl, n, dev, amp=True, opt_func=torch.optim.AdamW):
     "The hand-written loop: `n` training batches of the recipe; seconds per batch"
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    opt = opt_func(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, STEPS, WARMUP))
     losses = []
     model.train()
     sync(dev); t0, i = time.perf_counter(), 0
     while True:
         for b in dl:
-            with torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = lm_loss(model(b['input_ids']), b['labels'])
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                loss = lm_loss(logits_of(model(b['input_ids'])), b['labels'])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step(); opt.zero_grad(); sched.step()
@@ -65,21 +83,90 @@ def raw(model, dl, n, dev):
                 sync(dev)
                 return (time.perf_counter() - t0) / n
 
-def aisaac(model, dls, n, dev):
+def aisaac(model, dls, n, dev, amp=True, opt_func=torch.optim.AdamW):
     "The tutorial's trainer: `n` training batches; seconds per batch"
-    trainer = Trainer(dls, lm_loss, torch.optim.AdamW, model,
-                      callbacks=[BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=WARMUP), MixedPrecisionCB(torch.bfloat16),
-                                 GradClipCB(1.0), Stop(n)])
+    trainer = Trainer(dls, lambda out, labels: lm_loss(logits_of(out), labels), opt_func, model,
+                      callbacks=[BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=WARMUP), GradClipCB(1.0), Stop(n)]
+                                + ([MixedPrecisionCB(torch.bfloat16)] if amp else []))
     sync(dev); t0 = time.perf_counter()
     trainer.fit(steps=STEPS, lr=LR, valid=False)
     sync(dev)
     return (time.perf_counter() - t0) / n
 
+class Blocks(torch.utils.data.Dataset):
+    "The training blocks as a map-style dataset of dicts, for Hugging Face's Trainer and its default collator"
+    def __init__(self, blocks): self.blocks = blocks
+    def __len__(self): return len(self.blocks)
+    def __getitem__(self, i): return {'input_ids': self.blocks[i, :-1], 'labels': self.blocks[i, 1:]}
+
+def hf_trainer(model, blocks, n, dev, amp=True, same_opt=False):
+    "Hugging Face's Trainer for `n` batches: with its defaults, or given the same optimizer and schedule (`same_opt`); seconds per batch"
+    from transformers import Trainer as HFTrainer, TrainingArguments, PrinterCallback
+    with tempfile.TemporaryDirectory() as d:
+        args = TrainingArguments(output_dir=d, per_device_train_batch_size=BS, max_steps=n, learning_rate=LR, lr_scheduler_type='cosine',
+                                 warmup_steps=WARMUP, bf16=amp, use_cpu=dev.type == 'cpu', report_to='none', disable_tqdm=True,
+                                 save_strategy='no', seed=torch.initial_seed() % 2**32)
+        opts = (None, None)
+        if same_opt:
+            opt = torch.optim.AdamW(model.parameters(), lr=LR)
+            opts = (opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, STEPS, WARMUP)))
+        t = HFTrainer(model=model, args=args, train_dataset=Blocks(blocks), optimizers=opts,
+                      compute_loss_func=lambda out, labels, num_items_in_batch=None: lm_loss(out.logits, labels))
+        t.remove_callback(PrinterCallback)  # its one print of the run's summary (the progress bar is off)
+        sync(dev); t0 = time.perf_counter()
+        t.train()
+        sync(dev)
+    return (time.perf_counter() - t0) / n
+
+def hf_peer(dls, vocab_size, reps, n, dev, precisions):
+    "The same `transformers` GPT-2 trained by the raw loop, aisaac and Hugging Face's Trainer, interleaved; print a table per precision"
+    from transformers import GPT2Config, GPT2LMHeadModel
+    set_seed(1)
+    cfg = GPT2Config(vocab_size=vocab_size, n_positions=T, n_embd=192, n_layer=4, n_head=4, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+                     bos_token_id=0, eos_token_id=0)
+    base = GPT2LMHeadModel(cfg).to(dev)
+    blocks = dls.train.tensors[0]
+    fused = partial(torch.optim.AdamW, fused=True)
+    print(f"# the peer: a transformers {transformers_version()} GPT-2 4x192 ({sum(p.numel() for p in base.parameters()):,} parameters), "
+          f"{BS} blocks of {T} tokens, {reps} repeats of {n} batches, on {dev.type}; times include each fit's set-up")
+    raw(copy.deepcopy(base), dls.train, 3, dev)  # warm-up
+    for prec in precisions:
+        amp = prec == 'bf16'
+        variants = {'raw loop': lambda m: raw(m, dls.train, n, dev, amp),
+                    'aisaac': lambda m: aisaac(m, dls, n, dev, amp),
+                    'aisaac fused': lambda m: aisaac(m, dls, n, dev, amp, opt_func=fused),
+                    'HF same opt': lambda m: hf_trainer(m, blocks, n, dev, amp, same_opt=True),
+                    'HF defaults': lambda m: hf_trainer(m, blocks, n, dev, amp)}
+        times, ratios = {k: [] for k in variants}, {k: [] for k in variants}
+        for r in range(reps):
+            res = {}
+            for name in random.sample(list(variants), len(variants)):
+                set_seed(100 + r)
+                res[name] = variants[name](copy.deepcopy(base))
+                print(f"#     {prec} {name}: {res[name]*1000:.0f} ms/batch", flush=True)
+                times[name].append(res[name])
+            for k in variants: ratios[k].append(res[k] / res['raw loop'])
+            print(f"#   {prec} repeat {r+1}: " + ', '.join(f"{k} {v*1000:.0f} ms" for k, v in res.items()), flush=True)
+        print(f"\n{prec}:\n| variant      | tokens/s | ms/batch | ratio to raw | per-repeat ratios |\n|---|---|---|---|---|")
+        for k in variants:
+            med = statistics.median(times[k])
+            print(f"| {k:<12} | {BS * T / med:8.0f} | {med*1000:8.1f} | {statistics.median(ratios[k]):.3f} | "
+                  f"{', '.join(f'{x:.3f}' for x in ratios[k])} |", flush=True)
+
+def transformers_version():
+    import transformers
+    return transformers.__version__
+
 def main():
+    own = argparse.ArgumentParser(add_help=False)  # this script's options; the shared ones (and --help) are bench_args'
+    own.add_argument('--hf', action='store_true'); own.add_argument('--precision', choices=['fp32', 'bf16', 'both'], default='bf16')
+    opts, sys.argv[1:] = own.parse_known_args()
+    hf, precisions = opts.hf, (['fp32', 'bf16'] if opts.precision == 'both' else [opts.precision])
     reps, n, quick, dev = bench_args(__doc__, '2 repeats of 8 batches', device=True)
     dsd = load_text_corpus()
     tok = train_tokenizer(dsd['train'], vocab_size=2048)
     dls = text_dataloaders(dsd, tok, block_size=T, bs=BS, seed=0, device=dev)
+    if hf: return hf_peer(dls, tok.get_vocab_size(), reps, n, dev, precisions)
     set_seed(1)
     base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=T, dropout=0.1).to(dev)
     raw(copy.deepcopy(base), dls.train, 10, dev)  # warm-up: torch's first-call costs, oneDNN's kernel choices
