@@ -118,6 +118,20 @@ def test_a_hugging_face_gpt2_trains_with_its_own_loss():
     assert t.history.get_latest_metric('valid_loss') == pytest.approx(after, rel=1e-5)
     assert after < before - 0.3, (before, after)
 
+def test_a_hugging_face_model_given_a_loss_function_passes_it_its_logits():
+    "With a `loss_func`, a Hugging Face model's output (a `ModelOutput`) gives the loss function and the metrics its `logits`"
+    transformers = pytest.importorskip('transformers', reason="the Hugging Face path needs `transformers` (pip install 'aisaac[transformers]')")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=T, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    dls = types.SimpleNamespace(train=lm_batches(8, 4), valid=lm_batches(3, 4, seed=1))  # labels shifted already: `lm_loss` compares
+    t = Trainer(dls, lm_loss, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), MetricsCB()])
+    t.fit(1, lr=3e-3)
+    assert isinstance(t.preds, torch.Tensor) and t.preds.shape == (4, T, V)
+    model.eval()
+    with torch.no_grad(): want = sum(lm_loss(model(b['input_ids']).logits, b['labels']).item() for b in dls.valid) / 3
+    assert t.history.get_latest_metric('valid_loss') == pytest.approx(want, rel=1e-5)
+
 # ---------------------------------------------------------------- the rest of the catalogue on sequence batches
 def test_bf16_clipping_compile_and_a_checkpoint_resume_on_a_language_model(tmp_path):
     "MixedPrecisionCB (bf16 on the CPU), GradClipCB, CompileCB and CheckpointCB on dict batches; the resumed run ends where the straight one does"

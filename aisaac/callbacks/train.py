@@ -22,7 +22,7 @@ _unread = object()  # no loader yet
 class BasicTrainCB(Callback):
     "The plain PyTorch training steps: forward, loss (or the model's own, without `loss_func`), backward, optimizer step, zero the gradients"
     provides = ('preds', 'loss')  # it runs the model and the loss function
-    core, n_inp, input_keys, target_key, _own, _shift = True, 1, None, None, False, False  # class defaults: a subclass whose `__init__` skips ours still works
+    core, n_inp, input_keys, target_key, _own, _shift, _hf = True, 1, None, None, False, False, False  # class defaults: a subclass whose `__init__` skips ours still works
     _dl_x = _dl_y = _unread  # the loader whose batch layout `predict` and `get_loss` last read: a new loader (a new pass) is read again
     def __init__(self, n_inp:int=1, # how many leading items of a tuple batch are the model's inputs; the rest are the targets
                  input_keys=None, # a dict batch's inputs: a key (passed by position) or a list of keys (by name); default: all but the target
@@ -35,7 +35,9 @@ class BasicTrainCB(Callback):
         if trainer.dl is not self._dl_x: return self._first_predict(trainer)
         b = trainer.batch
         if self._own: trainer.preds = _logits(out := self._forward(trainer.model, b)); self._out = out
-        else: trainer.preds = trainer.model(b[0]) if self._pair else self._forward(trainer.model, b)
+        else:
+            out = trainer.model(b[0]) if self._pair else self._forward(trainer.model, b)
+            trainer.preds = out.logits if self._hf else out  # a Hugging Face output: its logits go to `loss_func`
     def get_loss(self, trainer):
         "Compare predictions and targets: `trainer.loss = loss_func(preds, *batch[n_inp:])` (a dict batch: `batch[target_key]`)"
         if trainer.dl is not self._dl_y: return self._first_loss(trainer)
@@ -136,7 +138,8 @@ def _first_predict(self:BasicTrainCB, trainer):
     self._dl_x = trainer.dl
     try:
         out = self._forward(trainer.model, trainer.batch)
-        trainer.preds, self._out = (_logits(out), out) if self._own else (out, None)
+        self._hf = not self._own and not isinstance(out, torch.Tensor) and isinstance(getattr(out, 'logits', None), torch.Tensor)
+        trainer.preds, self._out = (_logits(out), out) if self._own else (out.logits if self._hf else out, None)
     except Exception as e:
         e.add_note(f"BasicTrainCB ran the model on the inputs of a batch that is a {_describe(trainer.batch)} (n_inp={self.n_inp})")
         raise
