@@ -21,6 +21,13 @@ device sync.
 
 Run: `python bench/lm.py` (about two minutes on 2 cores), `--repeats`, `--batches`, `--quick`, `--device`.
 
+`--sft`: the fine-tuning recipe of `nbs/tutorials/fine_tuning.ipynb` with packing on: the same GPT, optimizer, schedule,
+precision and clipping, on WordNet's glosses as prompt/response pairs (`wordnet_glosses`, the first `--examples` training
+examples, 20,000 by default), tokenized with the fortunes tokenizer, packed by `sft_dataloaders(pack=True)` into rows of
+128 inputs: batches `{'input_ids', 'labels', 'position_ids'}`, labels -100 on the prompts and between documents, the
+model's attention kept inside each document. Both variants pass the inputs by name (`model(input_ids=..., position_ids=...)`);
+tokens/s counts the rows' positions (about 95 % of them real tokens when packed).
+
 `--hf` (needs `transformers`): the peer. A `transformers` GPT-2 of the same size (4 layers x 192, 4 heads, 128 positions,
 dropout 0.1, built from a config, no download) trained on the same blocks for the same batches, five ways, interleaved:
 
@@ -50,6 +57,7 @@ from aisaac.trainer import Trainer
 from aisaac.utils import set_seed
 from aisaac.models import get_model_gpt, lm_loss
 from aisaac.text import load_text_corpus, train_tokenizer, text_dataloaders
+from aisaac.sft import wordnet_glosses, sft_dataloaders
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.schedule import WarmupCosineSchedulerCB, warmup_cosine
@@ -73,7 +81,7 @@ def raw(model, dl, n, dev, amp=True, opt_func=torch.optim.AdamW):
     while True:
         for b in dl:
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                loss = lm_loss(logits_of(model(b['input_ids'])), b['labels'])
+                loss = lm_loss(logits_of(model(**{k: v for k, v in b.items() if k != 'labels'})), b['labels'])  # by name, as BasicTrainCB
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step(); opt.zero_grad(); sched.step()
@@ -160,17 +168,25 @@ def transformers_version():
 def main():
     own = argparse.ArgumentParser(add_help=False)  # this script's options; the shared ones (and --help) are bench_args'
     own.add_argument('--hf', action='store_true'); own.add_argument('--precision', choices=['fp32', 'bf16', 'both'], default='bf16')
+    own.add_argument('--sft', action='store_true'); own.add_argument('--examples', type=int, default=20_000)
     opts, sys.argv[1:] = own.parse_known_args()
     hf, precisions = opts.hf, (['fp32', 'bf16'] if opts.precision == 'both' else [opts.precision])
     reps, n, quick, dev = bench_args(__doc__, '2 repeats of 8 batches', device=True)
     dsd = load_text_corpus()
     tok = train_tokenizer(dsd['train'], vocab_size=2048)
     dls = text_dataloaders(dsd, tok, block_size=T, bs=BS, seed=0, device=dev)
+    if opts.sft:
+        gl = wordnet_glosses()
+        gl['train'] = gl['train'].select(range(min(opts.examples, len(gl['train']))))
+        dls = sft_dataloaders(gl, tok, block_size=T, bs=BS, pack=True, seed=0, device=dev)
+        real = (dls.train.tensors[1] != -100).float().mean().item()
     if hf: return hf_peer(dls, tok.get_vocab_size(), reps, n, dev, precisions)
     set_seed(1)
     base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=T, dropout=0.1).to(dev)
     raw(copy.deepcopy(base), dls.train, 10, dev)  # warm-up: torch's first-call costs, oneDNN's kernel choices
-    print(f"# the language-model tutorial's recipe (GPT 4x192, AdamW, warm-up + cosine, bf16, clipping), {BS} blocks of {T} tokens, "
+    what = (f"the fine-tuning recipe, packed (WordNet glosses, {len(dls.train.tensors[0]):,} rows, {real:.0%} of positions a trained label)"
+            if opts.sft else "the language-model tutorial's recipe")
+    print(f"# {what} (GPT 4x192, AdamW, warm-up + cosine, bf16, clipping), {BS} blocks of {T} tokens, "
           f"{reps} repeats of {n} training batches, on {dev.type}")
     print(f"# {machine()}" + (f", {torch.cuda.get_device_name(dev)}, CUDA {torch.version.cuda}" if dev.type == 'cuda' else ''))
     interleaved(lambda m: raw(m, dls.train, n, dev), lambda m: aisaac(m, dls, n, dev), base, reps, per_batch=BS * T)
