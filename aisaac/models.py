@@ -101,7 +101,7 @@ def get_model_resnet(act=nn.ReLU, # activation class
 
 # %% ../nbs/02_models.ipynb #bb0f4411
 class CausalSelfAttention(nn.Module):
-    "Multi-head self-attention in which each position sees itself and the positions before it"
+    "Multi-head self-attention in which each position sees itself and the positions before it (and, given a mask, only the keys it allows)"
     def __init__(self, d_model:int, # the width of the residual stream
                  n_head:int, # the heads: `d_model` must be a multiple
                  dropout:float=0.): # dropout on the attention weights and the output, in training
@@ -110,11 +110,13 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.dropout = n_head, dropout
         self.qkv, self.proj, self.drop = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model), nn.Dropout(dropout)
 
-    def forward(self, x): # the residual stream, (B, T, d_model)
-        "Each position's mix of the values of the positions up to it"
+    def forward(self, x, # the residual stream, (B, T, d_model)
+                attn_mask=None): # (B, 1, T, T) booleans, True where a query may see a key, causality included; `None`: causal only (the fast path)
+        "Each position's mix of the values of the positions up to it (those `attn_mask` allows, when given)"
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                           dropout_p=self.dropout if self.training else 0.)
         return self.drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 class GPTBlock(nn.Module):
@@ -126,9 +128,10 @@ class GPTBlock(nn.Module):
         self.ln1, self.attn, self.ln2 = nn.LayerNorm(d_model), CausalSelfAttention(d_model, n_head, dropout), nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
-    def forward(self, x): # the residual stream, (B, T, d_model)
+    def forward(self, x, # the residual stream, (B, T, d_model)
+                attn_mask=None): # the attention mask (see `CausalSelfAttention.forward`); `None`: causal only
         "The stream with the block's attention and MLP added"
-        x = x + self.attn(self.ln1(x))
+        x = x + self.attn(self.ln1(x), attn_mask)
         return x + self.mlp(self.ln2(x))
 
 # %% ../nbs/02_models.ipynb #2284f8a1
@@ -139,12 +142,19 @@ def lm_loss(logits, # (B, T, vocab_size): the scores of each position's next tok
 
 def sample_next(logits, # (B, vocab_size): scores of the next token
                 temperature:float=1.0, # below 1: surer choices; 0: the likeliest token
-                top_k:int=None): # draw among the `top_k` likeliest tokens only
-    "One token per row, (B, 1), drawn from `softmax(logits / temperature)` restricted to the `top_k` likeliest"
+                top_k:int=None, # draw among the `top_k` likeliest tokens only
+                top_p:float=None): # nucleus sampling: draw among the likeliest tokens whose probabilities add up to `top_p` (0 < top_p <= 1)
+    "One token per row, (B, 1), drawn from `softmax(logits / temperature)` restricted to the `top_k` likeliest, then to the nucleus of mass `top_p`"
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p}: it is the probability mass kept, above 0 and at most 1 (e.g. 0.9); `None` keeps every token")
     logits = logits.float()
     if temperature == 0: return logits.argmax(-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None: logits = logits.masked_fill(logits < torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]], -float('inf'))
+    if top_p is not None:  # a token goes when the likelier tokens before it already hold `top_p` of the mass: the likeliest always stays
+        p, order = logits.softmax(-1).sort(-1, descending=True)
+        drop = p.cumsum(-1) - p >= top_p
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), -float('inf'))
     return torch.multinomial(torch.softmax(logits, -1), 1)
 
 class GPT(nn.Module):
@@ -156,7 +166,7 @@ class GPT(nn.Module):
                  block_size:int=128, # the longest context, in tokens
                  dropout:float=0.): # dropout in training
         super().__init__()
-        self.block_size = block_size
+        self.block_size, self._ids_checked = block_size, False
         self.tok_emb, self.pos_emb, self.drop = nn.Embedding(vocab_size, d_model), nn.Embedding(block_size, d_model), nn.Dropout(dropout)
         self.blocks = nn.Sequential(*[GPTBlock(d_model, n_head, dropout) for _ in range(n_layer)])
         self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size, bias=False)
@@ -170,25 +180,75 @@ class GPT(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None: nn.init.zeros_(m.bias)
 
+    def _check_ids(self, ids, pos):
+        "Raise the error that says which token id or position the embeddings cannot take, and what to do"
+        V, (lo, hi), (plo, phi) = self.tok_emb.num_embeddings, ids.aminmax(), pos.aminmax()
+        if hi >= V: raise ValueError(f"GPT got token id {hi}, but its vocab_size of {V} embeds ids 0 to {V-1}: the tokenizer's vocabulary is larger "
+                                     f"than the model's. Make the model with the tokenizer's size (`get_model_gpt(tokenizer.get_vocab_size())`, "
+                                     f"here at least vocab_size={hi+1})")
+        if lo < 0: raise ValueError(f"GPT got token id {lo}: token ids run from 0 to {V-1}. -100 marks the `labels` where nothing is predicted, "
+                                    f"never an input: pass the token ids as `input_ids` and the shifted targets as `labels`")
+        if phi >= self.block_size or plo < 0:
+            raise ValueError(f"GPT got position {phi if phi >= self.block_size else plo} in `position_ids`, but its block_size of {self.block_size} "
+                             f"embeds positions 0 to {self.block_size-1}: positions restart at 0 at each packed document, so no document may be "
+                             f"longer than block_size. Cut the documents, or make the model with a larger `block_size`")
+
+    def _embed(self, ids, pos):
+        "The token and position embeddings added; a clear error for ids or positions out of range, at no cost per batch"
+        if ids.device.type != 'cpu' and not self._ids_checked and not torch.compiler.is_compiling():
+            self._check_ids(ids, pos); self._ids_checked = True  # an accelerator asserts on the device instead: the first batch is checked (one sync)
+        try: return self.tok_emb(ids) + self.pos_emb(pos)
+        except IndexError: self._check_ids(ids, pos); raise  # on a CPU, torch's IndexError, then explained
+
+    @staticmethod
+    def _mask(T, attention_mask, position_ids):
+        "The (B, 1, T, T) boolean attention mask: causal, within each packed document, real keys only (each position sees itself, so no row is empty)"
+        dev = (attention_mask if attention_mask is not None else position_ids).device
+        mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        if position_ids is not None:
+            doc = (position_ids == 0).cumsum(1)  # a document starts at each position 0
+            mask = mask & (doc[:, :, None] == doc[:, None, :])
+        if attention_mask is not None:
+            mask = (mask & attention_mask.bool()[:, None, :]) | torch.eye(T, dtype=torch.bool, device=dev)
+        return mask[:, None]
+
     def forward(self, input_ids, # (B, T) token ids, T at most `block_size`
-                labels=None): # (B, T) next tokens: when given, the output has `loss` and `logits`
+                labels=None, # (B, T) next tokens, -100 where none is predicted: when given, the output has `loss` and `logits`
+                attention_mask=None, # (B, T) 1 for real tokens, 0 for padding: padding is seen by no position
+                position_ids=None): # (B, T) each token's position in its document, 0 where a packed document starts: attention stays within documents
         "The logits (B, T, vocab_size); with `labels`, an output with `loss` (`lm_loss`) and `logits`"
-        T = input_ids.shape[1]
+        B, T = input_ids.shape
         if T > self.block_size:
             raise ValueError(f"GPT got sequences of {T} tokens, longer than its block_size of {self.block_size}: cut them "
                              f"(e.g. `input_ids[:, -{self.block_size}:]`) or make the model with a larger `block_size`")
-        x = self.drop(self.tok_emb(input_ids) + self.pos_emb(torch.arange(T, device=input_ids.device)))
-        logits = self.head(self.ln_f(self.blocks(x)))
+        for name, o in (('attention_mask', attention_mask), ('position_ids', position_ids)):
+            if o is not None and o.shape != input_ids.shape:
+                raise ValueError(f"GPT got `{name}` of shape {tuple(o.shape)} with `input_ids` of shape {tuple(input_ids.shape)}: it gives one value per token")
+        if position_ids is not None: pos = position_ids
+        elif attention_mask is not None: pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)  # counted from the first real token
+        else: pos = torch.arange(T, device=input_ids.device)
+        x = self.drop(self._embed(input_ids, pos))
+        mask = None if attention_mask is None and position_ids is None else self._mask(T, attention_mask, position_ids)
+        for block in self.blocks: x = block(x, mask)
+        logits = self.head(self.ln_f(x))
         return logits if labels is None else SimpleNamespace(loss=lm_loss(logits, labels), logits=logits)
 
     @torch.no_grad()
     def generate(self, idx, # (B, T) prompt token ids
-                 max_new_tokens:int, # how many tokens to add
+                 max_new_tokens:int, # the most tokens to add
                  temperature:float=1.0, # below 1: surer choices; 0: the likeliest token
-                 top_k:int=None): # draw among the `top_k` likeliest tokens only
-        "`idx` continued by `max_new_tokens` tokens, (B, T + max_new_tokens)"
+                 top_k:int=None, # draw among the `top_k` likeliest tokens only
+                 top_p:float=None, # draw among the likeliest tokens holding `top_p` of the probability (nucleus sampling)
+                 eos_id:int=None): # the end-of-text token: a row that draws it gets only `eos_id` after, and generation stops when every row has
+        "`idx` continued by up to `max_new_tokens` tokens, (B, T + n); n is smaller when every row has ended with `eos_id`"
+        done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
         for _ in range(max_new_tokens):
-            idx = torch.cat([idx, sample_next(self(idx[:, -self.block_size:])[:, -1], temperature, top_k)], 1)
+            nxt = sample_next(self(idx[:, -self.block_size:])[:, -1], temperature, top_k, top_p)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(done[:, None], eos_id)
+                done = done | (nxt[:, 0] == eos_id)
+            idx = torch.cat([idx, nxt], 1)
+            if eos_id is not None and done.all(): break  # one sync per token: generation is not the training loop
         return idx
 
 def get_model_gpt(vocab_size:int, # the tokenizer's vocabulary size

@@ -221,3 +221,113 @@ def test_gpt_learns_a_paragraph_in_a_few_hundred_steps_with_or_without_a_loss_fu
     losses = fit(lm_loss)
     assert abs(losses[0] - math.log(256)) < 0.1 and losses[2] < losses[1] < 3 and losses[2] < 1, losses
     assert fit(None) == pytest.approx(losses, rel=1e-4)
+
+# ---------------------------------------------------------------- padding, packing, bad token ids, stopping, nucleus sampling
+def test_gpt_packed_documents_see_only_themselves_and_restart_their_positions():
+    "Three documents packed in one row with `position_ids` restarting at 0: each one's logits are those of the document alone"
+    m = gpt(T=16)
+    docs = [torch.randint(0, 100, (1, n)) for n in (5, 7, 4)]
+    row = torch.cat(docs, 1)
+    pos = torch.cat([torch.arange(d.shape[1]) for d in docs])[None]
+    packed = m(row, position_ids=pos)
+    alone = torch.cat([m(d) for d in docs], 1)
+    torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-5)
+    assert (m(row) - alone)[:, 5:].abs().amax() > 1e-3  # without position_ids the documents see each other
+    two = m(torch.cat([row, row.flip(1)]), position_ids=torch.cat([pos, pos.flip(1).sub(pos.flip(1)[:, -1:]).abs()]))  # a batch of rows, laid out differently
+    torch.testing.assert_close(two[:1], packed, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r'position_ids.*\(1, 15\).*input_ids.*\(1, 16\)'): m(row, position_ids=pos[:, :-1])
+
+def test_gpt_padded_rows_give_the_logits_of_the_unpadded_rows_on_real_positions():
+    m = gpt(T=16)
+    a, b = torch.randint(1, 100, (1, 16)), torch.randint(1, 100, (1, 9))
+    batch = torch.cat([a, F.pad(b, (0, 7))])  # right padding with 0
+    mask = torch.cat([torch.ones(1, 16), F.pad(torch.ones(1, 9), (0, 7))]).long()
+    out = m(batch, attention_mask=mask)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out[1:, :9], m(b), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[:1], m(a), atol=1e-5, rtol=1e-5)
+    assert (m(F.pad(b, (0, 7), value=5))[:, :9] - m(b)).abs().amax() < 1e-5  # right padding is not seen even without a mask (causal)
+    left = m(F.pad(b, (7, 0)), attention_mask=F.pad(torch.ones(1, 9), (7, 0)).long())  # left padding: masked, positions from the first real token
+    torch.testing.assert_close(left[:, 7:], m(b), atol=1e-5, rtol=1e-5)
+    empty = m(torch.zeros(2, 16, dtype=torch.long), attention_mask=torch.zeros(2, 16, dtype=torch.long))  # rows of padding only: no NaN
+    assert not empty.isnan().any()
+    out = m(batch, labels=batch, attention_mask=mask)
+    torch.testing.assert_close(out.logits, m(batch, attention_mask=mask))
+
+def test_gpt_padding_and_packing_masks_combine():
+    "A packed row that ends in padding: each document as alone, the padding seen by nobody"
+    m = gpt(T=16)
+    d1, d2 = torch.randint(1, 100, (1, 6)), torch.randint(1, 100, (1, 5))
+    row, pos = F.pad(torch.cat([d1, d2], 1), (0, 5)), torch.cat([torch.arange(6), torch.arange(5), torch.zeros(5, dtype=torch.long)])[None]
+    out = m(row, position_ids=pos, attention_mask=(torch.arange(16) < 11).long()[None])
+    torch.testing.assert_close(out[:, :11], torch.cat([m(d1), m(d2)], 1), atol=1e-5, rtol=1e-5)
+    assert not out.isnan().any()
+
+def test_gpt_gradients_flow_only_within_each_document():
+    m = gpt(T=16).train()
+    row, pos = torch.randint(0, 100, (1, 12)), torch.cat([torch.arange(6), torch.arange(6)])[None]
+    emb = m.tok_emb(row).detach().requires_grad_()
+    m.tok_emb.forward = lambda ids: emb  # the gradient of the second document's loss with respect to each input position
+    m(row, position_ids=pos)[:, 6:].sum().backward()
+    assert emb.grad[:, :6].abs().amax() == 0 and emb.grad[:, 6:].abs().amax() > 0
+
+@pytest.mark.parametrize('keys', [('input_ids', 'labels', 'attention_mask'), ('input_ids', 'labels', 'position_ids')])
+@pytest.mark.parametrize('loss_func', [lm_loss, None])
+def test_gpt_trains_on_padded_and_packed_dict_batches_without_input_keys(keys, loss_func):
+    "The batches the text helpers make: BasicTrainCB passes `input_ids` and the mask or positions by name, or the whole batch when the model computes the loss"
+    from aisaac.data import DataLoaders, TensorLoader
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    seen = []
+    def batch(b):
+        ids = b[0]
+        d = {'input_ids': ids[:, :-1], 'labels': ids[:, 1:].clone()}
+        if keys[2] == 'attention_mask':
+            d['attention_mask'] = torch.ones_like(d['input_ids']); d['attention_mask'][::2, 10:] = 0; d['labels'][::2, 10:] = -100
+        else: d['position_ids'] = torch.cat([torch.arange(8), torch.arange(8)]).expand_as(d['input_ids'])
+        return d
+    blocks = torch.randint(0, 50, (64, 17))
+    torch.manual_seed(0)
+    m = get_model_gpt(50, n_layer=1, n_head=2, d_model=16, block_size=16)
+    m.register_forward_pre_hook(lambda mod, args, kw: seen.append(sorted(kw)), with_kwargs=True)
+    dls = DataLoaders(TensorLoader(blocks, bs=16, tfm=batch), TensorLoader(blocks[:16], bs=16, tfm=batch))
+    t = Trainer(dls, loss_func, torch.optim.AdamW, m, callbacks=[BasicTrainCB()])
+    t.fit(steps=8, lr=1e-2, valid=False)
+    assert t.clock.step == 8
+    assert seen[0] == sorted(keys if loss_func is None else (keys[0], keys[2]))
+
+def test_gpt_token_ids_the_model_cannot_embed_are_an_error_naming_both_sizes():
+    m = gpt(V=100, T=16)
+    with pytest.raises(ValueError, match=r'token id 250.*vocab_size of 100.*vocab_size=251'): m(torch.tensor([[1, 250, 3]]))
+    with pytest.raises(ValueError, match=r'token id -100.*labels'): m(torch.tensor([[1, -100, 3]]))
+    with pytest.raises(ValueError, match=r'position 16.*block_size of 16'): m(torch.tensor([[1, 2]]), position_ids=torch.tensor([[0, 16]]))
+    assert m(torch.tensor([[0, 99]])).shape == (1, 2, 100)
+
+def test_sample_next_top_p():
+    logits = torch.tensor([[0., 1., 2., 3.]]).repeat(2000, 1)  # probabilities 0.03, 0.09, 0.24, 0.64
+    torch.manual_seed(0); assert set(sample_next(logits, top_p=1e-6).flatten().tolist()) == {3}  # a tiny top_p is the argmax
+    torch.manual_seed(0); draws = sample_next(logits, top_p=0.8).flatten()  # 0.64 < 0.8: the two likeliest (0.88) are kept
+    assert set(draws.tolist()) == {2, 3} and abs((draws == 3).float().mean().item() - 1 / (1 + math.exp(-1))) < 0.03
+    torch.manual_seed(0); assert set(sample_next(logits, top_p=1.0).flatten().tolist()) == {0, 1, 2, 3}
+    torch.manual_seed(0); assert set(sample_next(logits, top_k=3, top_p=0.9).flatten().tolist()) == {2, 3}  # 0.64/0.97 < 0.9 < (0.64+0.24)/0.97
+    m, prompt = gpt(T=16), torch.randint(0, 100, (2, 5))
+    assert torch.equal(m.generate(prompt, 10, top_p=1e-6), m.generate(prompt, 10, temperature=0))
+    with pytest.raises(ValueError, match=r'top_p.*1.5'): sample_next(logits, top_p=1.5)
+
+def test_generate_stops_at_the_end_of_text_token():
+    m, prompt = gpt(T=16), torch.randint(0, 100, (3, 4))
+    greedy = m.generate(prompt, 12, temperature=0)
+    eos = greedy[0, 6].item()  # the third token the first row generates
+    out = m.generate(prompt, 12, temperature=0, eos_id=eos)
+    for r in range(3):
+        gen = greedy[r, 4:].tolist()
+        n = gen.index(eos) + 1 if eos in gen else 12  # up to and including its first end-of-text token
+        assert out[r, 4:4 + n].tolist() == gen[:n] and (out[r, 4 + n:] == eos).all()
+    ends = [(greedy[r, 4:] == eos).nonzero() for r in range(3)]
+    assert out.shape[1] == 4 + (max(e[0].item() + 1 for e in ends) if all(len(e) for e in ends) else 12)
+    calls = []
+    h = m.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    one = m.generate(prompt[:1], 12, temperature=0, eos_id=eos)
+    h.remove()
+    n0 = greedy[0, 4:].tolist().index(eos) + 1
+    assert one.shape == (1, 4 + n0) and one[0, -1] == eos and len(calls) == n0  # all rows ended: no more forward passes
