@@ -83,7 +83,7 @@ text: ## make sure the text corpus is available (Debian package fortunes: 2.6 MB
 	  echo "    set AISAAC_TEXT to a folder of fortune files (texts separated by lines holding %)."; \
 	fi
 
-wordnet: ## make sure WordNet is available (Debian package wordnet-base: WordNet 3.0, 12 MB, Princeton's WordNet licence)
+wordnet: ## make sure WordNet is available (Debian package wordnet-base: WordNet 3.0, 28 MB, Princeton's WordNet licence)
 	@if [ -n "$${AISAAC_WORDNET:-}" ]; then \
 	  echo ">>> wordnet: using AISAAC_WORDNET=$$AISAAC_WORDNET"; \
 	elif [ -f "$(WORDNET_DIR)/data.noun" ]; then \
