@@ -13,6 +13,7 @@ TORCH     ?= torch==2.13.0
 TORCH_INDEX ?=
 DATA_DIR  ?= /usr/share/datasets/fashion-mnist
 TEXT_DIR  ?= /usr/share/games/fortunes
+WORDNET_DIR ?= /usr/share/wordnet
 N_WORKERS ?= 2
 DEMO_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
@@ -30,12 +31,12 @@ BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.aisaac-installed
 
-.PHONY: help setup venv data text docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
+.PHONY: help setup venv data text wordnet docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-setup: venv data text docs-tools ## create .venv, install CPU torch then aisaac[dev,docs...], check the data, the text corpus and pandoc
+setup: venv data text wordnet docs-tools ## create .venv, install CPU torch then aisaac[dev,docs...], check the data, the text corpus, WordNet and pandoc
 
 # The venv is (re)installed when it is missing or incomplete, or when pyproject.toml or the
 # torch pin changed. The stamp holds a hash of those (nbdev-export rewrites pyproject.toml
@@ -80,6 +81,17 @@ text: ## make sure the text corpus is available (Debian package fortunes: 2.6 MB
 	else \
 	  echo "!!! text: $(TEXT_DIR) is missing and apt-get is not usable here;"; \
 	  echo "    set AISAAC_TEXT to a folder of fortune files (texts separated by lines holding %)."; \
+	fi
+
+wordnet: ## make sure WordNet is available (Debian package wordnet-base: WordNet 3.0, 28 MB, Princeton's WordNet licence)
+	@if [ -n "$${AISAAC_WORDNET:-}" ]; then \
+	  echo ">>> wordnet: using AISAAC_WORDNET=$$AISAAC_WORDNET"; \
+	elif [ -f "$(WORDNET_DIR)/data.noun" ]; then \
+	  echo ">>> wordnet: found $(WORDNET_DIR)"; \
+	$(call apt_elif,wordnet,wordnet-base,the fine-tuning tutorial needs WordNet (AISAAC_WORDNET)) \
+	else \
+	  echo "!!! wordnet: $(WORDNET_DIR) is missing and apt-get is not usable here;"; \
+	  echo "    set AISAAC_WORDNET to a folder holding WordNet 3's data.noun, data.verb, data.adj and data.adv."; \
 	fi
 
 # The docs check renders pages with Quarto when it is installed, otherwise with pandoc (Debian package `pandoc`).

@@ -146,3 +146,20 @@ def test_language_model_tutorial_is_saved_with_its_full_run():
     assert 'identical' in _text(_outputs(nb, 'with tempfile.TemporaryDirectory() as d:'))
     hf = re.search(r'GPT-2 \(transformers\) after (\d+) steps: validation perplexity ([\d.]+)', _text(_outputs(nb, "hf_loss = hf_trainer.history")))
     assert hf and int(hf[1]) == 1000 and float(hf[2]) < bigram, 'the Hugging Face section is saved with its 1000-step run'
+
+def test_fine_tuning_tutorial_is_saved_with_its_full_run():
+    "The fine-tuning tutorial's saved outputs are its full run: the loss on the answers falls, packing is faster than padding, LoRA trains a small share"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'fine_tuning.ipynb', as_version=4)
+    text = _text(_outputs(nb, 'print(f"""validation loss per answer token'))
+    m = re.search(r'validation loss per answer token: ([\d.]+) before, ([\d.]+) after full fine-tuning \((\d+) steps', text)
+    assert m, 'the saved run printed no summary'
+    before, after, steps = float(m[1]), float(m[2]), int(m[3])
+    assert steps >= 100 and after < before, m[0]  # the full run, not the 8-step variant of the tests
+    p = re.search(r'packing: ([\d,]+) trained tokens/s, padding: ([\d,]+) \(([\d.]+)x\)', text)
+    assert p and float(p[3]) > 1, text
+    lo = re.search(r'LoRA r=8: ([\d,]+) of ([\d,]+) parameters trained, \d+ s, validation loss ([\d.]+)', text)
+    assert lo and int(lo[1].replace(',', '')) < int(lo[2].replace(',', '')) / 10 and float(lo[3]) < before, text
+    assert 'loaded the language-model tutorial' in _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'"))
+    assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
+    assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
