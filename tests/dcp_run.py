@@ -7,13 +7,15 @@
 Each JOB, run in turn in the same processes, is
     straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
-                               (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2))
+                               (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2), :accum3 with GradAccumCB(3))
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
                                once it has written its shards and before the processes agree that the checkpoint is complete
     preempt:NAME:DIR:EPOCHS    as straight, with PreemptionCB(DIR, exit=False) and no CheckpointCB; process 1 alone gets SIGTERM in
-                               the 4th batch (after 3 optimizer steps)
+                               the 4th batch (after 3 optimizer steps); preempt:NAME:DIR:EPOCHS:accum with GradAccumCB(2) (the
+                               signal in the 7th batch, the first of a window); :accum3 with GradAccumCB(3), the signal after 2 steps
+                               (in the 7th batch: the processes agree on it at the epoch's end, inside a window)
     export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
-    accum:NAME:DIR:EPOCHS:EVERY  as straight, with GradAccumCB(2) and CheckpointCB(DIR, every=EVERY) ('2 steps', or '3 batches': inside a window)
+    accum:NAME:DIR:EPOCHS:EVERY[:accumN]  as straight, with GradAccumCB(2) (or N) and CheckpointCB(DIR, every=EVERY) ('2 steps', or '3 batches': inside a window)
     best:NAME:DIR:EPOCHS       as straight, with MetricsCB and SaveBestModelCB(DIR/best.pt, greater_is_better=True) and no CheckpointCB
 A JOB whose kind starts with 'f' (fstraight, fresume, fpreempt, faccum, fbest) leaves the model whole and gives the trainer `FSDPCB`, which
 shards it in its `before_fit` (under torchrun; on one plain process the model stays whole and no FSDPCB is added).
@@ -66,9 +68,14 @@ class Record(Callback):
     def after_load_checkpoint(self, trainer, **kw): self.loaded = digest(torch.get_rng_state())
 
 class SignalAt(Callback):
-    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once 3 optimizer steps are taken"
+    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once `step` optimizer steps are taken"
+    def __init__(self, step=3): self.step = step
     def after_loss(self, trainer):
-        if world()[1] == 1 and trainer.model.training and trainer.clock.step == 3: os.kill(os.getpid(), signal.SIGTERM)
+        if world()[1] == 1 and trainer.model.training and trainer.clock.step == self.step: os.kill(os.getpid(), signal.SIGTERM)
+
+def accum_cbs(opts):
+    "[GradAccumCB(N)] for the option 'accumN' ('accum': 2), or none"
+    return [GradAccumCB(int(opts[0][5:] or 2))] if opts else []
 
 def make_trainer(callbacks=(), fsdpcb=False):
     "The same GPT every time, sharded per block under torchrun (by hand, or with `fsdpcb` by FSDPCB in the fit); each process's random state its own (seeded by its rank)"
@@ -110,16 +117,17 @@ def run(out, job):
                 ShardedCheckpointEngine._written = written
             t.fit(int(n), lr=1e-2)
         elif kind == 'preempt':
-            dir, n = args
-            t, rec = make([PreemptionCB(dir, exit=False), SignalAt()])
-            t.fit(int(n), lr=1e-2)
+            dir, n, *accum = args
+            t, rec = make([*accum_cbs(accum), PreemptionCB(dir, exit=False), SignalAt(2 if accum == ['accum3'] else 3)])
+            try: t.fit(int(n), lr=1e-2)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'resume':
             ckpt, n, *accum = args
-            t, rec = make([GradAccumCB(2)] if accum else [])
+            t, rec = make(accum_cbs(accum))
             t.fit(int(n), lr=1e-2, resume_from=ckpt)
         elif kind == 'accum':
-            dir, n, every = args
-            t, rec = make([GradAccumCB(2), CheckpointCB(dir, every_n_epochs=None, keep_last=None, every=every)])
+            dir, n, every, *accum = args
+            t, rec = make([*accum_cbs(accum or ['accum']), CheckpointCB(dir, every_n_epochs=None, keep_last=None, every=every)])
             try: t.fit(int(n), lr=1e-2)
             except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'best':

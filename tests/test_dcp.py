@@ -152,10 +152,12 @@ def test_a_failure_to_complete_the_folder_is_an_error_and_leaves_the_previous_on
 def fsdp_runs(tmp_path_factory):
     """The same runs with FSDPCB, which shards the model in the fit (not by hand): uninterrupted (f2), resumed after 4 steps on 2 (fr2)
     and on 1 plain process (fp1); preempted by a SIGTERM to process 1 (fpre), resumed on 2 (frpre2) and 1 (frpre1); with GradAccumCB(2),
-    checkpoints every 2 steps (fa, resumed: fra) and every 3 batches (fa3, inside a window); SaveBestModelCB (fb)"""
+    checkpoints every 2 steps (fa, resumed: fra) and every 3 batches (fa3, inside a window); SaveBestModelCB (fb); with GradAccumCB(3),
+    preempted (fpa3) and resumed (frpa3), and uninterrupted (fa3s)"""
     out = tmp_path_factory.mktemp('fsdp')
     ok(out, 2, f'fstraight:f2:{out}/c2:2', f'fresume:fr2:{out}/c2/{MID}:2', f'fpreempt:fpre:{out}/cpre:2', f'fresume:frpre2:{out}/cpre/{MID}:2',
-       f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'faccum:fa3:{out}/ca3:2:3 batches')
+       f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'fpreempt:fpa3:{out}/cpa3:2:accum3',
+       f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'faccum:fa3:{out}/ca3:2:3 batches')
     ok(out, 0, f'resume:fp1:{out}/c2/{MID}:2', f'resume:frpre1:{out}/cpre/{MID}:2')
     return out
 
@@ -206,3 +208,12 @@ def test_save_best_model_under_fsdpcb_saves_and_loads_back_the_whole_weights(fsd
     assert_same(best, epoch0, exact=True)
     assert_same(weights(out, 'fb'), epoch0, exact=True)
     assert not torch.equal(weights(out, 'f2')['head.weight'], epoch0['head.weight'])
+
+def test_a_preemption_inside_an_accumulation_window_of_an_fsdpcb_fit_checkpoints_at_the_window_end(fsdp_runs):
+    """GradAccumCB(3), 8 batches an epoch: process 1 gets SIGTERM in the 7th batch; the processes agree on it at the epoch's end, inside
+    a window. PreemptionCB waits for the window's end (the 1st batch of epoch 1), both end 'preempted', and the checkpoint resumes to
+    the uninterrupted run's weights exactly (before: the checkpoint was refused and the fit ended on the error)"""
+    out = fsdp_runs
+    for rank in (0, 1): assert result(out, 'fpa3', rank)['outcome'] == 'preempted' and 'error' not in result(out, 'fpa3', rank)
+    assert [p.name for p in checkpoints(out/'cpa3')] == ['checkpoint_0001_000001']
+    assert_same(weights(out, 'frpa3'), weights(out, 'fa3s'), exact=True)

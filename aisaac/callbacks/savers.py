@@ -140,9 +140,10 @@ class PreemptionCB(Callback):
         if self._trainer is not None: self._trainer.notice = signum  # `aisaac.ranks` tells the other processes
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got)"
+        "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got; a sharded model's at the end of an accumulation window)"
         if (agreed := trainer.__dict__.get('agreed_notice')) is not None: self.received = agreed or None  # the processes agreed on it
         if self.received is None or not trainer.do_train: return
+        if not getattr(trainer, 'sync_gradients', True) and is_sharded(trainer.model): return  # inside an accumulation window of a sharded model: at its end
         self.path = trainer.save_checkpoint(self.dir/_file_name(trainer))
         raise PreemptedException(f"preempted by {signal.Signals(self.received).name}: the checkpoint {self.path} resumes it")
 
