@@ -7,7 +7,7 @@
 Each JOB, run in turn in the same processes, is
     straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
-                               (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2), :accum3 with GradAccumCB(3))
+                               (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2), :accum3 with GradAccumCB(3), :wide a GPT of width 32)
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
                                once it has written its shards and before the processes agree that the checkpoint is complete
     preempt:NAME:DIR:EPOCHS    as straight, with PreemptionCB(DIR, exit=False) and no CheckpointCB; process 1 alone gets SIGTERM in
@@ -77,10 +77,10 @@ def accum_cbs(opts):
     "[GradAccumCB(N)] for the option 'accumN' ('accum': 2), or none"
     return [GradAccumCB(int(opts[0][5:] or 2))] if opts else []
 
-def make_trainer(callbacks=(), fsdpcb=False):
+def make_trainer(callbacks=(), fsdpcb=False, d_model=16):
     "The same GPT every time, sharded per block under torchrun (by hand, or with `fsdpcb` by FSDPCB in the fit); each process's random state its own (seeded by its rank)"
     torch.manual_seed(0)
-    model = GPT(V, n_layer=2, n_head=2, d_model=16, block_size=T)
+    model = GPT(V, n_layer=2, n_head=2, d_model=d_model, block_size=T)
     if fsdpcb and dist.is_initialized(): callbacks = [*callbacks, FSDPCB()]
     elif dist.is_initialized():
         from torch.distributed.fsdp import fully_shard
@@ -100,7 +100,7 @@ def run(out, job):
     kind, name, *args = job.split(':')
     W, rank = world()
     fsdpcb, kind = kind.startswith('f'), kind.removeprefix('f')
-    make = lambda cbs=(): make_trainer(cbs, fsdpcb)
+    make = lambda cbs=(), **kw: make_trainer(cbs, fsdpcb, **kw)
     res = {'world': W}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -122,9 +122,11 @@ def run(out, job):
             try: t.fit(int(n), lr=1e-2)
             except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'resume':
-            ckpt, n, *accum = args
-            t, rec = make(accum_cbs(accum))
-            t.fit(int(n), lr=1e-2, resume_from=ckpt)
+            ckpt, n, *opts = args
+            t, rec = make(accum_cbs([o for o in opts if o.startswith('accum')]), **({'d_model': 32} if 'wide' in opts else {}))
+            try: t.fit(int(n), lr=1e-2, resume_from=ckpt)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
+            res['param_type'] = type(t.model.head.weight).__name__
         elif kind == 'accum':
             dir, n, every, *accum = args
             t, rec = make([*accum_cbs(accum or ['accum']), CheckpointCB(dir, every_n_epochs=None, keep_last=None, every=every)])

@@ -153,11 +153,12 @@ def fsdp_runs(tmp_path_factory):
     """The same runs with FSDPCB, which shards the model in the fit (not by hand): uninterrupted (f2), resumed after 4 steps on 2 (fr2)
     and on 1 plain process (fp1); preempted by a SIGTERM to process 1 (fpre), resumed on 2 (frpre2) and 1 (frpre1); with GradAccumCB(2),
     checkpoints every 2 steps (fa, resumed: fra) and every 3 batches (fa3, inside a window); SaveBestModelCB (fb); with GradAccumCB(3),
-    preempted (fpa3) and resumed (frpa3), and uninterrupted (fa3s)"""
+    preempted (fpa3) and resumed (frpa3), and uninterrupted (fa3s); a GPT twice as wide resuming c2's checkpoint (wide)"""
     out = tmp_path_factory.mktemp('fsdp')
     ok(out, 2, f'fstraight:f2:{out}/c2:2', f'fresume:fr2:{out}/c2/{MID}:2', f'fpreempt:fpre:{out}/cpre:2', f'fresume:frpre2:{out}/cpre/{MID}:2',
        f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'fpreempt:fpa3:{out}/cpa3:2:accum3',
-       f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'faccum:fa3:{out}/ca3:2:3 batches')
+       f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'fresume:wide:{out}/c2/{MID}:2:wide',
+       f'faccum:fa3:{out}/ca3:2:3 batches')
     ok(out, 0, f'resume:fp1:{out}/c2/{MID}:2', f'resume:frpre1:{out}/cpre/{MID}:2')
     return out
 
@@ -217,3 +218,10 @@ def test_a_preemption_inside_an_accumulation_window_of_an_fsdpcb_fit_checkpoints
     for rank in (0, 1): assert result(out, 'fpa3', rank)['outcome'] == 'preempted' and 'error' not in result(out, 'fpa3', rank)
     assert [p.name for p in checkpoints(out/'cpa3')] == ['checkpoint_0001_000001']
     assert_same(weights(out, 'frpa3'), weights(out, 'fa3s'), exact=True)
+
+def test_fsdpcb_refuses_a_checkpoint_of_another_model_before_sharding_on_every_process(fsdp_runs):
+    "A GPT twice as wide resumes the sharded checkpoint with FSDPCB: `check_fit` compares the folder's whole shapes with the unsharded model's and refuses it on both processes, the model left unsharded"
+    for rank in (0, 1):
+        r = result(fsdp_runs, 'wide', rank)
+        assert "CheckpointError: The checkpoint does not fit this trainer: shapes differ: tok_emb.weight (32, 16) (the model's: (32, 32))" in r['error'], r['error']
+        assert r['param_type'] == 'Parameter'
