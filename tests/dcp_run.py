@@ -7,11 +7,18 @@
 Each JOB, run in turn in the same processes, is
     straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
+                               (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2), :accum3 with GradAccumCB(3), :wide a GPT of width 32)
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
                                once it has written its shards and before the processes agree that the checkpoint is complete
     preempt:NAME:DIR:EPOCHS    as straight, with PreemptionCB(DIR, exit=False) and no CheckpointCB; process 1 alone gets SIGTERM in
-                               the 4th batch (after 3 optimizer steps)
+                               the 4th batch (after 3 optimizer steps); preempt:NAME:DIR:EPOCHS:accum with GradAccumCB(2) (the
+                               signal in the 7th batch, the first of a window); :accum3 with GradAccumCB(3), the signal after 2 steps
+                               (in the 7th batch: the processes agree on it at the epoch's end, inside a window)
     export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
+    accum:NAME:DIR:EPOCHS:EVERY[:accumN]  as straight, with GradAccumCB(2) (or N) and CheckpointCB(DIR, every=EVERY) ('2 steps', or '3 batches': inside a window)
+    best:NAME:DIR:EPOCHS       as straight, with MetricsCB and SaveBestModelCB(DIR/best.pt, greater_is_better=True) and no CheckpointCB
+A JOB whose kind starts with 'f' (fstraight, fresume, fpreempt, faccum, fbest) leaves the model whole and gives the trainer `FSDPCB`, which
+shards it in its `before_fit` (under torchrun; on one plain process the model stays whole and no FSDPCB is added).
 Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
 random state when each checkpoint was saved and when one was loaded, the warnings, the outcome).
 
@@ -32,7 +39,10 @@ from aisaac.models import GPT
 from aisaac.dcp import ShardedCheckpointEngine, is_sharded, save_full_weights
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
-from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, last_checkpoint
+from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, SaveBestModelCB, last_checkpoint
+from aisaac.callbacks.gradients import GradAccumCB
+from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.sharding import FSDPCB
 
 V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
 
@@ -58,15 +68,21 @@ class Record(Callback):
     def after_load_checkpoint(self, trainer, **kw): self.loaded = digest(torch.get_rng_state())
 
 class SignalAt(Callback):
-    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once 3 optimizer steps are taken"
+    "On process 1 only, send this process SIGTERM in the training pass's `after_loss` once `step` optimizer steps are taken"
+    def __init__(self, step=3): self.step = step
     def after_loss(self, trainer):
-        if world()[1] == 1 and trainer.model.training and trainer.clock.step == 3: os.kill(os.getpid(), signal.SIGTERM)
+        if world()[1] == 1 and trainer.model.training and trainer.clock.step == self.step: os.kill(os.getpid(), signal.SIGTERM)
 
-def make_trainer(callbacks=()):
-    "The same GPT every time, sharded per block under torchrun; each process's random state its own (seeded by its rank)"
+def accum_cbs(opts):
+    "[GradAccumCB(N)] for the option 'accumN' ('accum': 2), or none"
+    return [GradAccumCB(int(opts[0][5:] or 2))] if opts else []
+
+def make_trainer(callbacks=(), fsdpcb=False, d_model=16):
+    "The same GPT every time, sharded per block under torchrun (by hand, or with `fsdpcb` by FSDPCB in the fit); each process's random state its own (seeded by its rank)"
     torch.manual_seed(0)
-    model = GPT(V, n_layer=2, n_head=2, d_model=16, block_size=T)
-    if dist.is_initialized():
+    model = GPT(V, n_layer=2, n_head=2, d_model=d_model, block_size=T)
+    if fsdpcb and dist.is_initialized(): callbacks = [*callbacks, FSDPCB()]
+    elif dist.is_initialized():
         from torch.distributed.fsdp import fully_shard
         for block in model.blocks: fully_shard(block)
         fully_shard(model)
@@ -83,12 +99,14 @@ def full_weights(model):
 def run(out, job):
     kind, name, *args = job.split(':')
     W, rank = world()
+    fsdpcb, kind = kind.startswith('f'), kind.removeprefix('f')
+    make = lambda cbs=(), **kw: make_trainer(cbs, fsdpcb, **kw)
     res = {'world': W}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         if kind in ('straight', 'kill'):
             dir, n = args
-            t, rec = make_trainer([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
+            t, rec = make([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
             if kind == 'kill':
                 calls = []
                 def written(self, tmp, r):
@@ -99,15 +117,29 @@ def run(out, job):
                 ShardedCheckpointEngine._written = written
             t.fit(int(n), lr=1e-2)
         elif kind == 'preempt':
-            dir, n = args
-            t, rec = make_trainer([PreemptionCB(dir, exit=False), SignalAt()])
-            t.fit(int(n), lr=1e-2)
+            dir, n, *accum = args
+            t, rec = make([*accum_cbs(accum), PreemptionCB(dir, exit=False), SignalAt(2 if accum == ['accum3'] else 3)])
+            try: t.fit(int(n), lr=1e-2)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'resume':
-            ckpt, n = args
-            t, rec = make_trainer()
-            t.fit(int(n), lr=1e-2, resume_from=ckpt)
+            ckpt, n, *opts = args
+            t, rec = make(accum_cbs([o for o in opts if o.startswith('accum')]), **({'d_model': 32} if 'wide' in opts else {}))
+            try: t.fit(int(n), lr=1e-2, resume_from=ckpt)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
+            res['param_type'] = type(t.model.head.weight).__name__
+        elif kind == 'accum':
+            dir, n, every, *accum = args
+            t, rec = make([*accum_cbs(accum or ['accum']), CheckpointCB(dir, every_n_epochs=None, keep_last=None, every=every)])
+            try: t.fit(int(n), lr=1e-2)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
+        elif kind == 'best':
+            dir, n = args
+            best = SaveBestModelCB(Path(dir)/'best.pt', greater_is_better=True)  # (the loss goes down: the best is epoch 0's, loaded back at the end)
+            t, rec = make([MetricsCB(), best])
+            t.fit(int(n), lr=1e-2)
+            res.update(best_epoch=best.best_epoch, best=best.best)
         elif kind == 'export':
-            t, rec = make_trainer()
+            t, rec = make()
             t.load_checkpoint(last_checkpoint(args[0]))
             save_full_weights(t.model, out/f'{name}.full.pt')
     res.update(saved=rec.saved, loaded=rec.loaded, warnings=[str(w.message) for w in caught if 'aisaac' in str(w.filename) or 'resumes on' in str(w.message)],

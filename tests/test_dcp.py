@@ -147,3 +147,81 @@ def test_a_failure_to_complete_the_folder_is_an_error_and_leaves_the_previous_on
             ShardedCheckpointEngine().save({**state, 'epoch': 1}, p)
     assert folder_problem(p) is None and torch.load(p/'state.pt', weights_only=True)['epoch'] == 0
     assert last_checkpoint(tmp_path) == p
+
+@pytest.fixture(scope='module')
+def fsdp_runs(tmp_path_factory):
+    """The same runs with FSDPCB, which shards the model in the fit (not by hand): uninterrupted (f2), resumed after 4 steps on 2 (fr2)
+    and on 1 plain process (fp1); preempted by a SIGTERM to process 1 (fpre), resumed on 2 (frpre2) and 1 (frpre1); with GradAccumCB(2),
+    checkpoints every 2 steps (fa, resumed: fra) and every 3 batches (fa3, inside a window); SaveBestModelCB (fb); with GradAccumCB(3),
+    preempted (fpa3) and resumed (frpa3), and uninterrupted (fa3s); a GPT twice as wide resuming c2's checkpoint (wide)"""
+    out = tmp_path_factory.mktemp('fsdp')
+    ok(out, 2, f'fstraight:f2:{out}/c2:2', f'fresume:fr2:{out}/c2/{MID}:2', f'fpreempt:fpre:{out}/cpre:2', f'fresume:frpre2:{out}/cpre/{MID}:2',
+       f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'fpreempt:fpa3:{out}/cpa3:2:accum3',
+       f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'fresume:wide:{out}/c2/{MID}:2:wide',
+       f'faccum:fa3:{out}/ca3:2:3 batches')
+    ok(out, 0, f'resume:fp1:{out}/c2/{MID}:2', f'resume:frpre1:{out}/cpre/{MID}:2')
+    return out
+
+def test_fsdpcb_writes_sharded_checkpoints_and_resumes_from_them_to_the_uninterrupted_weights(fsdp_runs, runs):
+    """A fit with FSDPCB and CheckpointCB writes folders (the model is sharded when they are written); a new fit with FSDPCB resumes
+    the one after 4 steps to the uninterrupted run's weights exactly (before, FSDPCB refused a resumed fit), and a plain model on one
+    process to them within float rounding (its gradients are summed in another order); FSDPCB's steps are those of sharding by hand"""
+    out = fsdp_runs
+    assert [p.name for p in checkpoints(out/'c2')] == [p.name for p in checkpoints(runs/'c2')]
+    assert sorted(os.listdir(out/'c2'/MID)) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng_0.pt', 'rng_1.pt', 'state.pt']
+    assert_same(weights(out, 'f2'), weights(runs, 's2'), exact=True)
+    assert_same(weights(out, 'fr2'), weights(out, 'f2'), exact=True)
+    for rank in (0, 1): assert result(out, 'fr2', rank)['loaded'] == result(out, 'f2', rank)['saved']['0_3']
+    assert_same(weights(out, 'fp1'), weights(out, 'f2'))
+    assert not torch.equal(weights(out, 'fp1')['head.weight'], weights(out, 'f2')['head.weight'])  # (the tolerance is needed)
+
+def test_a_sigterm_to_one_process_of_an_fsdpcb_fit_ends_both_preempted_after_a_checkpoint_that_resumes(fsdp_runs, runs):
+    "PreemptionCB under FSDPCB: process 1 alone gets SIGTERM; both end 'preempted' after a complete sharded checkpoint, which resumes with FSDPCB on 2 (exact) and plain on 1"
+    out = fsdp_runs
+    for rank in (0, 1): assert result(out, 'fpre', rank)['outcome'] == 'preempted'
+    assert [p.name for p in checkpoints(out/'cpre')] == [MID] and folder_problem(out/'cpre'/MID) is None
+    assert_same(weights(out, 'frpre2'), weights(runs, 's2'), exact=True)
+    assert_same(weights(out, 'frpre1'), weights(runs, 's2'))
+
+def test_under_fsdpcb_accumulation_resumes_exactly_from_window_ends_and_refuses_a_checkpoint_inside_a_window(fsdp_runs):
+    """GradAccumCB(2) under FSDPCB: a checkpoint every 2 steps (at a window's end) resumes to the same weights exactly. One every 3
+    batches falls inside a window, whose gradients FSDP holds unreduced on each process: refused on both, naming the fix, nothing
+    written (before, it was written without them, and the resumed weights differed by up to 0.05)"""
+    out = fsdp_runs
+    assert_same(weights(out, 'fra'), weights(out, 'fa'), exact=True)
+    errors = [result(out, 'fa3', rank)['error'] for rank in (0, 1)]
+    for e in errors:
+        assert 'CheckpointError: A checkpoint after batch 1 of the 2 of an accumulation window of a sharded model' in e
+        assert "Checkpoint at the ends of windows: `CheckpointCB(every='N steps')`, or `every_n_batches` a multiple of 2" in e
+    assert checkpoints(out/'ca3') == []
+
+def test_save_best_model_under_fsdpcb_saves_and_loads_back_the_whole_weights(fsdp_runs):
+    """SaveBestModelCB(greater_is_better=True) on a loss that goes down: the best is epoch 0, on both processes. Its file holds the whole
+    weights (every process joins the gather; before, the main process's shards as DTensors), those of the checkpoint after epoch 0, and the
+    model ends with them loaded back into its shards"""
+    out = fsdp_runs
+    assert [result(out, 'fb', r)['best_epoch'] for r in (0, 1)] == [0, 0]
+    assert result(out, 'fb', 0)['best'] == result(out, 'fb', 1)['best']
+    best = torch.load(out/'cb'/'best.pt', weights_only=True)
+    model = GPT(32, n_layer=2, n_head=2, d_model=16, block_size=8)
+    model.load_state_dict(best)  # strict: every key, every shape, plain tensors
+    epoch0 = torch.load(consolidate_checkpoint(out/'c2'/'checkpoint_0000_000008', out/'epoch0.pt'), weights_only=True)
+    assert_same(best, epoch0, exact=True)
+    assert_same(weights(out, 'fb'), epoch0, exact=True)
+    assert not torch.equal(weights(out, 'f2')['head.weight'], epoch0['head.weight'])
+
+def test_a_preemption_inside_an_accumulation_window_of_an_fsdpcb_fit_checkpoints_at_the_window_end(fsdp_runs):
+    """GradAccumCB(3), 8 batches an epoch: process 1 gets SIGTERM in the 7th batch; the processes agree on it at the epoch's end, inside
+    a window. PreemptionCB waits for the window's end (the 1st batch of epoch 1), both end 'preempted', and the checkpoint resumes to
+    the uninterrupted run's weights exactly (before: the checkpoint was refused and the fit ended on the error)"""
+    out = fsdp_runs
+    for rank in (0, 1): assert result(out, 'fpa3', rank)['outcome'] == 'preempted' and 'error' not in result(out, 'fpa3', rank)
+    assert [p.name for p in checkpoints(out/'cpa3')] == ['checkpoint_0001_000001']
+    assert_same(weights(out, 'frpa3'), weights(out, 'fa3s'), exact=True)
+
+def test_fsdpcb_refuses_a_checkpoint_of_another_model_before_sharding_on_every_process(fsdp_runs):
+    "A GPT twice as wide resumes the sharded checkpoint with FSDPCB: `check_fit` compares the folder's whole shapes with the unsharded model's and refuses it on both processes, the model left unsharded"
+    for rank in (0, 1):
+        r = result(fsdp_runs, 'wide', rank)
+        assert "CheckpointError: The checkpoint does not fit this trainer: shapes differ: tok_emb.weight (32, 16) (the model's: (32, 32))" in r['error'], r['error']
+        assert r['param_type'] == 'Parameter'

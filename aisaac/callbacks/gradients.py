@@ -11,7 +11,8 @@ __all__ = ['GradAccumCB', 'MicroBatchCB', 'GradClipCB']
 import torch
 from ..core.callback import Callback, CancelBackwardException, CancelStepException
 from .train import BasicTrainCB
-from ..persist import unwrap_model
+from ..persist import CheckpointError, unwrap_model
+from ..dcp import is_sharded
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #7d893d52
 def _scale_grad(loss, factor):
@@ -98,9 +99,14 @@ class GradAccumCB(Callback):
         trainer.__dict__.pop('sync_gradients', None)
 
     def state_dict(self):
-        "Where the fit is in the accumulation window, its gradients and tokens so far (a checkpoint inside a window), the token weights' scale"
+        "Where the fit is in the accumulation window, its gradients and tokens so far (a checkpoint inside a window; refused for a sharded model), the token weights' scale"
         if self._trainer is None: return {}
         state, at = {'position': self.count % self.n_batches, 'scale': self.scale}, self.count % self.n_batches
+        if at and is_sharded(self._trainer.model):  # (raised in `checkpoint_state`, before any file is written)
+            raise CheckpointError(f"A checkpoint after batch {at} of the {self.n_batches} of an accumulation window of a sharded model would not "
+                                  f"resume exactly: under FSDP each process holds its part of the window's gradients unreduced (inside FSDP, not "
+                                  f"in `.grad`), and a checkpoint cannot keep them. Checkpoint at the ends of windows: `CheckpointCB(every='N steps')`, "
+                                  f"or `every_n_batches` a multiple of {self.n_batches}")
         if at:
             grads = self._grads if self._grads is not None else {
                 k: p.grad for k, p in unwrap_model(self._trainer.model).named_parameters() if p.grad is not None}

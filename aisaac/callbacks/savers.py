@@ -11,13 +11,14 @@ __all__ = ['checkpoints', 'checkpoint_problem', 'last_checkpoint', 'CheckpointCB
 import math, os, re, shutil, signal, threading, warnings
 from pathlib import Path
 import torch
+import torch.distributed as dist
 from ..clock import Every
 from ..history import MetricWatch
 from ..core.callback import Callback
 from ..ranks import PreemptedException
 from ..persist import CheckpointError, atomic_save, is_main_process, unwrap_model, verify, wait_for_everyone, _alive, _torch_load, _writer
 from ..checkpoint import _check_format
-from ..dcp import folder_problem, _world
+from ..dcp import folder_problem, is_sharded, load_state_dicts, save_full_weights, _world
 from ..utils import try_print
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
@@ -139,9 +140,10 @@ class PreemptionCB(Callback):
         if self._trainer is not None: self._trainer.notice = signum  # `aisaac.ranks` tells the other processes
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got)"
+        "After a notice: write the checkpoint and end the fit (in a distributed fit, every process at once, after a notice any of them got; a sharded model's at the end of an accumulation window)"
         if (agreed := trainer.__dict__.get('agreed_notice')) is not None: self.received = agreed or None  # the processes agreed on it
         if self.received is None or not trainer.do_train: return
+        if not getattr(trainer, 'sync_gradients', True) and is_sharded(trainer.model): return  # inside an accumulation window of a sharded model: at its end
         self.path = trainer.save_checkpoint(self.dir/_file_name(trainer))
         raise PreemptedException(f"preempted by {signal.Signals(self.received).name}: the checkpoint {self.path} resumes it")
 
@@ -176,11 +178,13 @@ class SaveBestModelCB(Callback):
         if at == 'epoch' and self.active: self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch))
 
     def _consider(self, trainer, value):
-        "Save the weights if `value` beats the best so far"
-        if value is None or math.isnan(value := float(value)): return
-        if not (self.best is None or (value > self.best if self.greater_is_better else value < self.best)): return
+        "Save the weights if `value` beats the best so far; a sharded model's whole, gathered by every process when the main process says it improved"
+        better = not (value is None or math.isnan(value := float(value))) and (self.best is None or (value > self.best if self.greater_is_better else value < self.best))
+        if sharded := is_sharded(trainer.model): better, value = _main_says(better, value, trainer.model)  # (every process gathers, or none)
+        if not better: return
         self.best, self.best_epoch = value, trainer.epoch
-        if is_main_process(): atomic_save(unwrap_model(trainer.model).state_dict(), self.path)
+        if sharded: save_full_weights(trainer.model, self.path)
+        elif is_main_process(): atomic_save(unwrap_model(trainer.model).state_dict(), self.path)
 
     def cleanup_fit(self, trainer):
         "Load the best weights back, unless the fit stopped on an error or an interrupt (a cancelled epoch's new value counts first)"
@@ -190,7 +194,8 @@ class SaveBestModelCB(Callback):
         wait_for_everyone()  # the main process has written the file
         model = unwrap_model(trainer.model)
         device = next(model.parameters(), torch.zeros(0)).device
-        model.load_state_dict(torch.load(self.path, map_location=device, weights_only=True))
+        if is_sharded(model): load_state_dicts(model, None, {'model': torch.load(self.path, weights_only=True), 'opt': None})  # each process its shards
+        else: model.load_state_dict(torch.load(self.path, map_location=device, weights_only=True))
 
     def state_dict(self):
         "The best score and its epoch, for checkpoints"
@@ -199,3 +204,10 @@ class SaveBestModelCB(Callback):
     def load_state_dict(self, state:dict): # from `state_dict`
         "Restore the best score and its epoch"
         self.best, self.best_epoch = state['best'], state['best_epoch']
+
+def _main_says(better:bool, value, model):
+    "The main process's `better` and `value`, on every process (a broadcast): the processes of a sharded model decide together"
+    t = torch.tensor([float(better), float('nan') if value is None else float(value)], dtype=torch.float64, device=next(model.parameters()).device)
+    if _world() > 1: dist.broadcast(t, 0)
+    return bool(t[0].item()), t[1].item()
+

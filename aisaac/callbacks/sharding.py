@@ -115,7 +115,7 @@ class FSDPCB(Callback):
         self._sync = True
 
 def _check_sharding(trainer):
-    "Refuse what sharding cannot honour: no process group, a model already wrapped for data parallelism, Accelerate, a resumed fit"
+    "Refuse what sharding cannot honour: no process group, a model already wrapped for data parallelism, Accelerate"
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("FSDPCB shards the model across the processes of a distributed run, and there is none: start the script with "
                            "`torchrun --nproc_per_node N script.py` and call `torch.distributed.init_process_group()` before the fit")
@@ -124,9 +124,6 @@ def _check_sharding(trainer):
                         "model (FSDP shards it and averages the gradients itself)")
     if others := [type(cb).__name__ for cb in trainer.cbs if type(cb).__name__ == 'AccelerateCB']:
         raise TypeError("FSDPCB shards the model with PyTorch's FSDP2 itself: use it without AccelerateCB (or configure FSDP in Accelerate instead)")
-    if getattr(trainer, 'resuming', False):
-        raise NotImplementedError("A sharded fit cannot resume from a checkpoint yet: its optimizer is made after sharding, so the state a "
-                                  "single-file checkpoint restores would be lost. Distributed checkpoints (torch.distributed.checkpoint) are to come")
 
 # %% ../../nbs/callbacks/73_sharding.ipynb #eb03e664
 class ActivationCheckpointCB(Callback):
