@@ -31,7 +31,7 @@ class BasicTrainCB(Callback):
             raise ValueError(f"`n_inp` is how many items at the start of each batch are the model's inputs, 1 or more (got {n_inp!r})")
         self.n_inp, self.input_keys, self.target_key = n_inp, input_keys, target_key
     def predict(self, trainer):
-        "Run the model on the inputs: `trainer.preds = model(*batch[:n_inp])` (a dict batch: `model(batch[key])` or `model(**inputs)`)"
+        "Run the model on the inputs: `trainer.preds = model(*batch[:n_inp])` (a dict batch: `model(batch[key])` or `model(**inputs)`; of a Hugging Face output, its `logits`)"
         if trainer.dl is not self._dl_x: return self._first_predict(trainer)
         b = trainer.batch
         if self._own: trainer.preds = _logits(out := self._forward(trainer.model, b)); self._out = out
