@@ -263,7 +263,7 @@ class AgreedRanks:
             if (agreed := agree(e)) is e: raise
             raise agreed from e  # another process refused first: its refusal, this one's chained
         finally:
-            if self.__dict__.get('_start_agreement') is agree: del self.__dict__['_start_agreement']
+            if self.__dict__.get('_start_agreement', self) is agree: del self.__dict__['_start_agreement']  # (a fit inside this one took it)
 
     def start_fit(self, **args): # `fit`'s arguments
         "On a process other than the main one, switch off the main-only callbacks; once every process is ready (or refused), add a `RanksCB`"

@@ -6,13 +6,13 @@ same steps written by hand (`fully_shard` per block, AdamW, forward, loss, backw
     python bench/sharded.py [--quick] [--loop-only] [--repeats N]
 
 Each of the three settings runs in fresh processes (`torchrun --nproc_per_node 2`, launched by this script), so that each
-process's peak resident memory (`ru_maxrss`) is that setting's (it includes PyTorch itself, ~350 MiB, and the whole model each
+process's peak resident memory (`VmHWM`: `ru_maxrss` would keep, across `exec`, a larger parent's) is that setting's (it includes PyTorch itself, ~350 MiB, and the whole model each
 process makes before it is sharded); the table also gives the MiB of weights, gradients and AdamW state a process holds; the comparison with the hand-written loop runs both loops in the
 same two processes, alternating, the median of the per-repeat ratios. The GPT: 4 blocks of width 384, 6 heads, sequences of 64
 tokens, vocabulary 256 (7.2M parameters: 29 MB of fp32 weights, 115 MB with gradients and AdamW's two moments); 4 sequences per
 process a step (a global batch of 8), AdamW; 1 torch thread per process.
 """
-import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time, types
+import argparse, json, os, statistics, subprocess, sys, tempfile, time, types
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -89,7 +89,7 @@ def child(setting, steps, reps, out):
         aisaac_fit(setting, model, dl)  # warm-up (and the sharding)
         runs = [aisaac_fit(setting, model, dl) for _ in range(reps)]
         res = {'times': [r[0] for r in runs], 'state_mib': state_mib(runs[-1][1])}
-    res['maxrss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res['maxrss_mib'] = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) / 1024  # this process's own peak
     (Path(out)/f'{rank}.json').write_text(json.dumps(res))
     dist.destroy_process_group()
 

@@ -93,7 +93,7 @@ def test_a_refusal_on_one_process_is_raised_on_all(tmp_path, how):
 
 def test_activation_checkpointing_changes_no_number_and_keeps_less_memory(tmp_path):
     """One process each (no torchrun), a GPT of 8 blocks with long sequences, 2 SGD steps: with ActivationCheckpointCB the losses are
-    bit-identical, and the peak resident memory (`ru_maxrss` of the process) is lower by tens of MiB, the activations it did not keep"""
+    bit-identical, and the peak resident memory (`VmHWM` of the process) is lower by tens of MiB, the activations it did not keep"""
     res = {}
     for opt in ('', 'ac'):
         subprocess.run([sys.executable, str(HERE/'sharding_run.py'), str(tmp_path), 'memory', *([opt] if opt else [])], check=True, timeout=LIMIT)
