@@ -28,6 +28,8 @@ def launch(out, nproc, *jobs):
 
 def ok(out, nproc, *jobs):
     log, rc = launch(out, nproc, *jobs)
+    if rc != 0 and 'terminate called without an active exception' in log:  # a gloo thread torn down by C++ at a process's exit, seen
+        log, rc = launch(out, nproc, *jobs)                                 # once in ~10 runs on a loaded machine: the jobs run again
     assert rc == 0, log[-4000:]
 
 def result(out, name, rank=0): return json.loads((out/f'{name}_{rank}.json').read_text())
