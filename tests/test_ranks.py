@@ -1,24 +1,14 @@
 """Processes that agree (`aisaac.ranks`), on 2 CPU processes (torchrun, gloo, DistributedDataParallel): a stop decided on one process
 ends the fit on both at the same batch, and an error on one ends both within seconds, naming it. Without the agreements each case
 hangs: `ranks_run.py ... plain` shows it (the processes wait for each other until the gloo timeout)."""
-import json, os, signal, subprocess, sys
 from pathlib import Path
-import pytest
+import torchrun_cases
 
 HERE = Path(__file__).parent
-LIMIT = 120  # seconds for a run of 2 processes; each case ends in a few once they have started
 
 def launch(out, case, *args):
-    "Run tests/ranks_run.py's `case` on 2 processes; each process's result, or a failure when the run outlives `LIMIT`"
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(HERE/'ranks_run.py'), str(out), case, *args]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try: log, _ = p.communicate(timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)  # torchrun and both processes
-        p.communicate()
-        pytest.fail(f"the case {case!r} did not end in {LIMIT} s: a process waits for the other")
-    assert p.returncode == 0, log[-4000:]
-    return [json.loads((out/f'result_{r}.json').read_text()) for r in range(2)]
+    "Run tests/ranks_run.py's `case` on 2 processes (torchrun, under `torchrun_cases.LIMIT`); each process's result"
+    return torchrun_cases.launch(HERE/'ranks_run.py', out, case, *args)
 
 def test_a_stop_on_rank_0_before_the_step_ends_both_without_stepping(tmp_path):
     "Rank 0 raises CancelFitException in `after_loss` of the 4th batch: both end with 3 optimizer steps and the same weights"

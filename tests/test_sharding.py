@@ -1,28 +1,19 @@
 """Sharded training (`aisaac.callbacks.sharding`) on 2 CPU processes (torchrun, gloo): a fit sharded with FSDP2 takes the same steps
 as the same fit on one process with the same global batch; clipping clips the norm of the whole gradients; activation checkpointing
 changes no number and keeps less memory; a fit refused on one process is refused on all, with the same message, without a hang."""
-import json, os, signal, subprocess, sys
+import json, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import sharding_run as sr
+import torchrun_cases
 from aisaac.trainer import Trainer
 
-LIMIT = 120  # seconds for a run of 2 processes; each case ends in a few once they have started
-
 def launch(out, case, *args):
-    "Run tests/sharding_run.py's `case` on 2 processes; each process's result, or a failure when the run outlives `LIMIT`"
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(HERE/'sharding_run.py'), str(out), case, *args]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try: log, _ = p.communicate(timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)  # torchrun and both processes
-        p.communicate()
-        pytest.fail(f"the case {case!r} did not end in {LIMIT} s: a process waits for the other")
-    assert p.returncode == 0, log[-4000:]
-    return [json.loads((out/f'result_{r}.json').read_text()) for r in range(2)]
+    "Run tests/sharding_run.py's `case` on 2 processes (torchrun, under `torchrun_cases.LIMIT`); each process's result"
+    return torchrun_cases.launch(HERE/'sharding_run.py', out, case, *args)
 
 def reference(*opts):
     "The same fit on this one process, with the global batch: its losses, clipping norms and weights"
@@ -96,7 +87,7 @@ def test_activation_checkpointing_changes_no_number_and_keeps_less_memory(tmp_pa
     bit-identical, and the peak resident memory (`VmHWM` of the process) is lower by tens of MiB, the activations it did not keep"""
     res = {}
     for opt in ('', 'ac'):
-        subprocess.run([sys.executable, str(HERE/'sharding_run.py'), str(tmp_path), 'memory', *([opt] if opt else [])], check=True, timeout=LIMIT)
+        subprocess.run([sys.executable, str(HERE/'sharding_run.py'), str(tmp_path), 'memory', *([opt] if opt else [])], check=True, timeout=torchrun_cases.LIMIT)
         res[opt] = json.loads((tmp_path/f'memory{"_" + opt if opt else ""}.json').read_text())
     assert res['ac']['losses'] == res['']['losses'] and len(res['']['losses']) == 2
     assert res['ac']['maxrss_mib'] < res['']['maxrss_mib'] - 20, res
