@@ -3,7 +3,7 @@
 
 The recipe of `nbs/tutorials/language_model.ipynb`: a small GPT (`get_model_gpt(2048, n_layer=4, n_head=4, d_model=192, dropout=0.1)`,
 2.2M parameters) on blocks of 128 tokens of the fortunes corpus, batches of 32 blocks as dicts from the tensor fast path,
-AdamW, linear warm-up then cosine decay stepped every batch, bfloat16 autocast for the forward pass and the loss,
+AdamW (fused: `partial(torch.optim.AdamW, fused=True)`, as the tutorials build it), linear warm-up then cosine decay stepped every batch, bfloat16 autocast for the forward pass and the loss,
 gradients clipped to norm 1, the training loss kept per batch.
 
   raw loop   the same steps written out: autocast forward and loss, backward, clip, step, zero_grad, scheduler step,
@@ -28,13 +28,16 @@ examples, 20,000 by default), tokenized with the fortunes tokenizer, packed by `
 model's attention kept inside each document. Both variants pass the inputs by name (`model(input_ids=..., position_ids=...)`);
 tokens/s counts the rows' positions (about 95 % of them real tokens when packed).
 
+`--parts`: where a batch of the recipe's GPT spends its time (forward + backward, clipping, the optimizer step), with
+`torch.optim.AdamW` built plainly (on a CPU, a Python loop over the tensors), `foreach=True` and `fused=True`, alternately.
+
 `--hf` (needs `transformers`): the peer. A `transformers` GPT-2 of the same size (4 layers x 192, 4 heads, 128 positions,
 dropout 0.1, built from a config, no download) trained on the same blocks for the same batches, five ways, interleaved:
 
-  raw loop        the steps written out, `torch.optim.AdamW` as constructed by default (on a CPU: its for-loop implementation)
-  aisaac          the tutorial's trainer as above (`opt_func=torch.optim.AdamW`), `lm_loss` on the model's `logits`
-  aisaac fused    the same with `opt_func=partial(torch.optim.AdamW, fused=True)`
-  HF same opt     `transformers.Trainer` given the same optimizer and schedule (`optimizers=(AdamW, LambdaLR)`)
+  raw loop        the steps written out, with the recipe's fused AdamW
+  aisaac          the tutorial's trainer as above, as a user runs it (fused AdamW), `lm_loss` on the model's `logits`
+  aisaac plain    the same with `opt_func=torch.optim.AdamW` as constructed by default (on a CPU: its for-loop implementation)
+  HF plain        `transformers.Trainer` given that same plain optimizer and schedule (`optimizers=(AdamW, LambdaLR)`)
   HF defaults     `transformers.Trainer` with its defaults: its fused AdamW (`optim='adamw_torch_fused'`), weight decay 0,
                   its own data loader (`default_data_collator` over a dataset of blocks); told only the learning rate, the
                   warm-up + cosine schedule, `max_grad_norm=1` (its default), `bf16`, `max_steps`, no reporting, no progress bar
@@ -64,6 +67,7 @@ from aisaac.callbacks.schedule import WarmupCosineSchedulerCB, warmup_cosine
 from aisaac.callbacks.precision import MixedPrecisionCB
 from aisaac.callbacks.gradients import GradClipCB
 
+OPT = partial(torch.optim.AdamW, fused=True)  # the tutorials' optimizer: one kernel for all parameters (torch's default on a CPU loops over them)
 BS, T, LR, STEPS, WARMUP = 32, 128, 2e-3, 2300, 100  # the schedule is laid out for the tutorial's steps; a run trains only its first batches
 
 def sync(dev):
@@ -71,7 +75,7 @@ def sync(dev):
 
 def logits_of(out): return getattr(out, 'logits', out)  # a `transformers` model returns an output with `logits`
 
-def raw(model, dl, n, dev, amp=True, opt_func=torch.optim.AdamW):
+def raw(model, dl, n, dev, amp=True, opt_func=OPT):
     "The hand-written loop: `n` training batches of the recipe; seconds per batch"
     opt = opt_func(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, STEPS, WARMUP))
@@ -91,7 +95,7 @@ def raw(model, dl, n, dev, amp=True, opt_func=torch.optim.AdamW):
                 sync(dev)
                 return (time.perf_counter() - t0) / n
 
-def aisaac(model, dls, n, dev, amp=True, opt_func=torch.optim.AdamW):
+def aisaac(model, dls, n, dev, amp=True, opt_func=OPT):
     "The tutorial's trainer: `n` training batches; seconds per batch"
     trainer = Trainer(dls, lambda out, labels: lm_loss(logits_of(out), labels), opt_func, model,
                       callbacks=[BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=WARMUP), GradClipCB(1.0), Stop(n)]
@@ -108,7 +112,7 @@ class Blocks(torch.utils.data.Dataset):
     def __getitem__(self, i): return {'input_ids': self.blocks[i, :-1], 'labels': self.blocks[i, 1:]}
 
 def hf_trainer(model, blocks, n, dev, amp=True, same_opt=False):
-    "Hugging Face's Trainer for `n` batches: with its defaults, or given the same optimizer and schedule (`same_opt`); seconds per batch"
+    "Hugging Face's Trainer for `n` batches: with its defaults, or given torch's plain AdamW and the recipe's schedule (`same_opt`); seconds per batch"
     from transformers import Trainer as HFTrainer, TrainingArguments, PrinterCallback
     with tempfile.TemporaryDirectory() as d:
         args = TrainingArguments(output_dir=d, per_device_train_batch_size=BS, max_steps=n, learning_rate=LR, lr_scheduler_type='cosine',
@@ -134,7 +138,6 @@ def hf_peer(dls, vocab_size, reps, n, dev, precisions):
                      bos_token_id=0, eos_token_id=0)
     base = GPT2LMHeadModel(cfg).to(dev)
     blocks = dls.train.tensors[0]
-    fused = partial(torch.optim.AdamW, fused=True)
     print(f"# the peer: a transformers {transformers_version()} GPT-2 4x192 ({sum(p.numel() for p in base.parameters()):,} parameters), "
           f"{BS} blocks of {T} tokens, {reps} repeats of {n} batches, on {dev.type}; times include each fit's set-up")
     raw(copy.deepcopy(base), dls.train, 3, dev)  # warm-up
@@ -142,8 +145,8 @@ def hf_peer(dls, vocab_size, reps, n, dev, precisions):
         amp = prec == 'bf16'
         variants = {'raw loop': lambda m: raw(m, dls.train, n, dev, amp),
                     'aisaac': lambda m: aisaac(m, dls, n, dev, amp),
-                    'aisaac fused': lambda m: aisaac(m, dls, n, dev, amp, opt_func=fused),
-                    'HF same opt': lambda m: hf_trainer(m, blocks, n, dev, amp, same_opt=True),
+                    'aisaac plain': lambda m: aisaac(m, dls, n, dev, amp, opt_func=torch.optim.AdamW),
+                    'HF plain': lambda m: hf_trainer(m, blocks, n, dev, amp, same_opt=True),
                     'HF defaults': lambda m: hf_trainer(m, blocks, n, dev, amp)}
         times, ratios = {k: [] for k in variants}, {k: [] for k in variants}
         for r in range(reps):
@@ -161,6 +164,25 @@ def hf_peer(dls, vocab_size, reps, n, dev, precisions):
             print(f"| {k:<12} | {BS * T / med:8.0f} | {med*1000:8.1f} | {statistics.median(ratios[k]):.3f} | "
                   f"{', '.join(f'{x:.3f}' for x in ratios[k])} |", flush=True)
 
+def parts(base, dl, dev, n):
+    "Where a batch's time goes: forward + backward, clipping, and the optimizer step as torch builds AdamW plainly, foreach and fused"
+    print(f"# where the time goes: medians over {n} batches after 5 of warm-up, ms")
+    print("\n| AdamW | forward + backward | clip | optimizer step + zero_grad |\n|---|---|---|---|")
+    for name, kw in [('plain', {}), ('foreach', {'foreach': True}), ('fused', {'fused': True})] * 2:
+        model = copy.deepcopy(base).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, **kw)
+        ts, it = [], iter(dl)
+        for i in range(n + 5):
+            b = next(it, None) or next(it := iter(dl))
+            sync(dev); t0 = time.perf_counter()
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = lm_loss(model(b['input_ids']), b['labels'])
+            loss.backward(); sync(dev); t1 = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); sync(dev); t2 = time.perf_counter()
+            opt.step(); opt.zero_grad(); sync(dev); t3 = time.perf_counter()
+            if i >= 5: ts.append((t1 - t0, t2 - t1, t3 - t2))
+        print(f"| {name} | " + ' | '.join(f'{statistics.median(x) * 1000:.1f}' for x in zip(*ts)) + ' |', flush=True)
+
 def transformers_version():
     import transformers
     return transformers.__version__
@@ -169,6 +191,7 @@ def main():
     own = argparse.ArgumentParser(add_help=False)  # this script's options; the shared ones (and --help) are bench_args'
     own.add_argument('--hf', action='store_true'); own.add_argument('--precision', choices=['fp32', 'bf16', 'both'], default='bf16')
     own.add_argument('--sft', action='store_true'); own.add_argument('--examples', type=int, default=20_000)
+    own.add_argument('--parts', action='store_true')
     opts, sys.argv[1:] = own.parse_known_args()
     hf, precisions = opts.hf, (['fp32', 'bf16'] if opts.precision == 'both' else [opts.precision])
     reps, n, quick, dev = bench_args(__doc__, '2 repeats of 8 batches', device=True)
@@ -183,10 +206,11 @@ def main():
     if hf: return hf_peer(dls, tok.get_vocab_size(), reps, n, dev, precisions)
     set_seed(1)
     base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=T, dropout=0.1).to(dev)
+    if opts.parts: return parts(base, dls.train, dev, n)
     raw(copy.deepcopy(base), dls.train, 10, dev)  # warm-up: torch's first-call costs, oneDNN's kernel choices
     what = (f"the fine-tuning recipe, packed (WordNet glosses, {len(dls.train.tensors[0]):,} rows, {real:.0%} of positions a trained label)"
             if opts.sft else "the language-model tutorial's recipe")
-    print(f"# {what} (GPT 4x192, AdamW, warm-up + cosine, bf16, clipping), {BS} blocks of {T} tokens, "
+    print(f"# {what} (GPT 4x192, fused AdamW, warm-up + cosine, bf16, clipping), {BS} blocks of {T} tokens, "
           f"{reps} repeats of {n} training batches, on {dev.type}")
     print(f"# {machine()}" + (f", {torch.cuda.get_device_name(dev)}, CUDA {torch.version.cuda}" if dev.type == 'cuda' else ''))
     interleaved(lambda m: raw(m, dls.train, n, dev), lambda m: aisaac(m, dls, n, dev), base, reps, per_batch=BS * T)
