@@ -246,7 +246,8 @@ def test_the_results_file_goes_on_with_the_same_run(tmp_path):
     fit(trainer(tmp_path, ResultsFileCB(tmp_path/'results.jsonl')), tmp_path, resume=True)
     lines = [json.loads(l) for l in (tmp_path/'results.jsonl').read_text().splitlines()]
     ref = [json.loads(l) for l in (tmp_path/'ref'/'results.jsonl').read_text().splitlines()]
-    assert [l['event'] for l in lines] == [l['event'] for l in ref] == ['run_start', 'epoch', 'epoch', 'epoch', 'run_stop']
+    assert [l['event'] for l in lines] == [l['event'] for l in ref] == ['run_start', 'interval', 'interval', 'interval', 'run_stop']  # a run in steps
+    assert [l.get('step') for l in lines] == [l.get('step') for l in ref] == [None, 20, 40, 60, None]
     assert len({l['run'] for l in lines}) == 1 and lines[-1]['status'] == 'ok'
     assert [l.get('metrics') for l in lines] == [l.get('metrics') for l in ref] and lines[-1]['result'] == ref[-1]['result']
 

@@ -23,8 +23,8 @@ def test_a_step_runs_interval_values_land_on_the_rows_of_its_losses(tmp_path):
     head, *rows = read_csv(tmp_path/'e.csv')
     assert head[0] == 'step' and {'train_loss', 'valid_loss', 'epoch_samples_per_sec', 'train_time', 'rss_mib'} <= set(head)
     assert [r[0] for r in rows] == ['4', '8'] and all(all(v != '' for v in r) for r in rows), rows  # two whole rows
-    epoch_lines = [json.loads(l) for l in (tmp_path/'l.jsonl').read_text().splitlines() if '"epoch"' in l]
-    assert {l['step'] for l in epoch_lines} == {4, 8}
+    interval_lines = [l for l in map(json.loads, (tmp_path/'l.jsonl').read_text().splitlines()) if l['per'] == 'interval']
+    assert {l['step'] for l in interval_lines} == {4, 8}
     for name in ('train_time', 'rss_mib', 'valid_loss'): assert t.history.get_metric_steps(name) == [4, 8], name
 
 

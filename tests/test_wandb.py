@@ -110,7 +110,7 @@ def values(*dirs):
     out = {}
     for d in dirs:
         for row in read_wandb_run(d)['history']:
-            axis = 'epoch' if 'epoch' in row else 'batch/step'
+            axis = next(a for a in ('epoch', 'step', 'batch/step') if a in row)
             for k, v in row.items():
                 if k != axis and not k.startswith('_'): out.setdefault(k, []).append((row[axis], v))
     return out
@@ -130,6 +130,13 @@ def test_a_resumed_fit_goes_on_with_the_same_run_and_logs_no_value_twice(tmp_pat
     got, want = values(first, lg2.run_dir), values(ref.run_dir)
     assert got == want and [s for s, _ in want['valid_loss']] == [20, 40, 60], (got, want)
     assert len(values(first)['valid_loss']) == 2  # step 20's and 40's: the resumed run did not log 40 again
+
+def test_a_step_runs_values_go_against_the_step_axis(tmp_path):
+    "A run measured in steps has intervals, not epochs: their values go against W&B's `step` axis (they went against `epoch`, holding steps)"
+    lg = WandBLogger(dir=tmp_path/'wb')
+    fit(trainer(tmp_path, lg), tmp_path)
+    rows = [r for r in read_wandb_run(lg.run_dir)['history'] if 'valid_loss' in r]
+    assert [r.get('step') for r in rows] == [20, 40, 60] and not any('epoch' in r for r in rows)
 
 def test_the_same_logger_resumes_its_run(tmp_path):
     "A notebook's crash: the fit is resumed with the same callbacks, whose logger already had the run"

@@ -95,11 +95,15 @@ def _needs(module:str, extra:str, who:str):
 
 def _is_number(v): return isinstance(v, (int, float)) and not isinstance(v, bool)
 
+def _per(trainer, per:str): # `'epoch'` or `'batch'`, as `trainer.log` sent the values
+    "`per`, or `'interval'` for the per-epoch values of a run measured in steps: its passes are intervals of `valid_every` steps, numbered by step"
+    return 'interval' if per == 'epoch' and getattr(trainer, 'steps', None) is not None else per
+
 # %% ../../nbs/callbacks/60_loggers.ipynb #7954fdea
 def _fmt(v): return f'{v:.6g}' if isinstance(v, float) else str(v)
 
 class ConsoleLogger(Logger):
-    "Print each logged dict as a line: `epoch 2: train_loss 0.51 valid_loss 0.48 accuracy 0.83`"
+    "Print each logged dict as a line: `epoch 2: train_loss 0.51 valid_loss 0.48 accuracy 0.83` (`step 400: ...` in a run measured in steps)"
     shows_metrics = True  # it prints the epoch's numbers, so `MetricsCB` need not
     def __init__(self, per:str='epoch', # which values to print: `'epoch'`, `'batch'` or `'all'`
                  file=None): # where to print; default `sys.stdout`
@@ -109,10 +113,10 @@ class ConsoleLogger(Logger):
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
               per:str): # `'epoch'` or `'batch'`
-        "Print `metrics` on one line"
+        "Print `metrics` on one line, headed by the epoch (or batch) they belong to; in a run measured in steps, by the optimizer step the interval ends at"
         if per not in self._pers or not metrics: return
-        step = self.step_of('', step, per)
-        print(f'{per} {step}: ' + ' '.join(f'{k} {_fmt(v)}' for k, v in metrics.items()), file=self.file or sys.stdout, flush=True)
+        step, head = self.step_of('', step, per), 'step' if _per(trainer, per) == 'interval' else per
+        print(f'{head} {step}: ' + ' '.join(f'{k} {_fmt(v)}' for k, v in metrics.items()), file=self.file or sys.stdout, flush=True)
 
     def log_text(self, trainer, name:str, # what the text is
                  text:str, # the text
@@ -229,11 +233,11 @@ class JSONLinesLogger(FileLogger):
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
               per:str): # `'epoch'` or `'batch'`
-        "Write a line for `metrics`"
+        "Write a line for `metrics`: `{\"per\": \"epoch\", \"step\": 0, ...}`; in a run measured in steps, `\"per\": \"interval\"` and the step it ends at"
         if per not in self._pers or self.file is None: return
         if step is None: step = self.step_of('', step, per)
         else: self._last[(per, '')] = step = int(step)  # (`step_of`, inlined for the common case: monitors log every batch)
-        line = {'per': per, 'step': step}
+        line = {'per': per if per == 'batch' else _per(trainer, per), 'step': step}
         for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
         self.file.write(json.dumps(line) + '\n')
 
@@ -246,10 +250,11 @@ class JSONLinesLogger(FileLogger):
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #f2b93c30
 def run_config(trainer): # the trainer whose configuration is wanted
-    "The settings of `trainer`'s fit as a flat dict of strings and numbers: epochs, learning rate, optimizer, loss, model, callbacks"
+    "The settings of `trainer`'s fit as a flat dict of strings and numbers: epochs (or `steps` and `valid_every`), learning rate, optimizer, loss, model, callbacks"
     model = trainer.model
     name = lambda o: getattr(o, '__name__', None) or type(o).__name__
-    return {'n_epochs': getattr(trainer, 'n_epochs', None), 'lr': getattr(trainer, 'lr', None),
+    steps = {'steps': trainer.steps, 'valid_every': trainer.valid_every} if getattr(trainer, 'steps', None) is not None else None
+    return {**(steps or {'n_epochs': getattr(trainer, 'n_epochs', None)}), 'lr': getattr(trainer, 'lr', None),
             'opt_func': name(trainer.opt_func), 'loss_func': name(trainer.loss_func), 'model': type(model).__name__,
             'n_params': sum(p.numel() for p in model.parameters()),
             'callbacks': ', '.join(n for cb in getattr(trainer, 'cbs', ()) if not (n := type(cb).__name__).startswith('_'))}  # not private helpers

@@ -10,13 +10,13 @@ __all__ = ['ResultsFileCB']
 # %% ../../nbs/callbacks/61_results.ipynb #dc33c56f
 import datetime, json, platform, time, uuid
 import torch
-from .loggers import FileLogger, run_config, _json_value
+from .loggers import FileLogger, run_config, _json_value, _per
 
 # %% ../../nbs/callbacks/61_results.ipynb #c79e0ea5
 def _now(): return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='milliseconds')
 
 class ResultsFileCB(FileLogger):
-    "Append a JSON-lines record of each fit to `path`: `run_start` with the configuration, one `epoch` line each, `run_stop` with the result"
+    "Append a JSON-lines record of each fit to `path`: `run_start` with the configuration, one `epoch` line each (`interval`, by step, in a run measured in steps), `run_stop` with the result"
     def __init__(self, path, # the `.jsonl` results file; its folder is made if needed
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
         super().__init__(path, per='epoch')
@@ -56,23 +56,25 @@ class ResultsFileCB(FileLogger):
 
     def cleanup_train(self, trainer):
         "After an epoch's last pass, write its line (after the pass's last values, a monitor's `after_train` ones too)"
-        if not trainer.training or not trainer.do_valid: self._write_epochs()
+        if not trainer.training or not trainer.do_valid: self._write_epochs(trainer)
         self.flush()
     cleanup_validate = cleanup_train
 
-    def _write_epochs(self):
+    def _write_epochs(self, trainer):
+        unit = 'step' if (event := _per(trainer, 'epoch')) == 'interval' else 'epoch'  # a run measured in steps: intervals, by step
         for step in sorted(set(self.epochs) - self.written):
-            self._write('epoch', epoch=step, metrics=self.epochs[step])
+            self._write(event, **{unit: step}, metrics=self.epochs[step])
             self.written.add(step); self.last = self.epochs[step]
 
     def cleanup_fit(self, trainer):
-        "Write `run_stop`: how the fit ended, its duration and result; close the file"
+        "Write `run_stop`: how the fit ended, its duration, the epochs completed (the intervals, and the steps, in a run measured in steps) and its result; close the file"
         if self.file is None: return
-        self._write_epochs()
+        self._write_epochs(trainer)
+        done = {'intervals': len(self.written), 'steps': trainer.clock.step} if _per(trainer, 'epoch') == 'interval' else {'epochs': len(self.written)}
         outcome = getattr(trainer, 'outcome', 'ok')
         error = getattr(trainer, 'exception', None) if outcome in ('error', 'interrupted') else None
         self._write('run_stop', status=outcome, error=None if error is None else f'{type(error).__name__}: {error}',
-                    duration_s=round(time.monotonic() - self.start, 3), epochs=len(self.written), result=self.last)
+                    duration_s=round(time.monotonic() - self.start, 3), **done, result=self.last)
         self.close()
 
 def _clean(o):

@@ -24,11 +24,17 @@ def sample_tokens(model, # a causal language model: `model(ids)` gives logits (B
                   max_new_tokens:int, # how many tokens to add
                   temperature:float=1.0, # below 1: surer choices; 0: always the likeliest token
                   top_k:int=None, # sample among the `top_k` likeliest tokens only
-                  block_size:int=None): # the longest context the model takes (the last tokens are kept)
-    "Continue `idx` by `max_new_tokens` tokens, each sampled from the model's distribution of the next token"
+                  block_size:int=None, # the longest context the model takes (the last tokens are kept)
+                  top_p:float=None, # sample among the likeliest tokens holding `top_p` of the probability (nucleus sampling)
+                  eos_id:int=None): # the end-of-text token: a row that draws it gets only `eos_id` after; it stops when every row has
+    "Continue `idx` by up to `max_new_tokens` tokens, each sampled from the model's distribution of the next token (fewer when every row ended with `eos_id`)"
+    done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
     for _ in range(max_new_tokens):
         logits = _logits(model(idx if block_size is None else idx[:, -block_size:]))[:, -1, :]
-        idx = torch.cat([idx, sample_next(logits, temperature, top_k)], 1)
+        nxt = sample_next(logits, temperature, top_k, top_p)
+        if eos_id is not None: nxt = nxt.masked_fill(done[:, None], eos_id); done = done | (nxt[:, 0] == eos_id)
+        idx = torch.cat([idx, nxt], 1)
+        if eos_id is not None and done.all(): break
     return idx
 
 # %% ../../nbs/callbacks/69_samples.ipynb #102f0c8c
@@ -36,14 +42,17 @@ def _ids(tokenizer, text):
     ids = tokenizer.encode(text)
     return list(getattr(ids, 'ids', ids))
 
-def _continue(model, idx, n, temperature, top_k):
-    "The model's own `generate` (aisaac's GPT, or a Hugging Face model), else `sample_tokens`"
-    if hasattr(model, 'generation_config'):  # a transformers model
+def _continue(model, idx, n, temperature, top_k, top_p=None, eos_id=None):
+    "The model's own `generate` (aisaac's GPT, or a Hugging Face model), else `sample_tokens`; `top_p` and `eos_id` only when given"
+    if hasattr(model, 'generation_config'):  # a transformers model: its own names, and its own end-of-text token unless one is given
+        extra = {k: v for k, v in (('top_p', top_p), ('eos_token_id', eos_id)) if v is not None}
+        pad = eos_id if eos_id is not None else getattr(model.generation_config, 'eos_token_id', None)
         return model.generate(idx, max_new_tokens=n, do_sample=temperature > 0, temperature=temperature or None, top_k=top_k,
-                              pad_token_id=getattr(model.generation_config, 'eos_token_id', None) or 0)
-    if callable(gen := getattr(model, 'generate', None)) and {'max_new_tokens', 'temperature', 'top_k'} <= set(inspect.signature(gen).parameters):
-        return gen(idx, max_new_tokens=n, temperature=temperature, top_k=top_k)
-    return sample_tokens(model, idx, n, temperature, top_k, getattr(model, 'block_size', None))
+                              pad_token_id=(pad[0] if isinstance(pad, (list, tuple)) else pad) or 0, **extra)
+    extra = {k: v for k, v in (('top_p', top_p), ('eos_id', eos_id)) if v is not None}
+    if callable(gen := getattr(model, 'generate', None)) and {'max_new_tokens', 'temperature', 'top_k', *extra} <= set(inspect.signature(gen).parameters):
+        return gen(idx, max_new_tokens=n, temperature=temperature, top_k=top_k, **extra)
+    return sample_tokens(model, idx, n, temperature, top_k, getattr(model, 'block_size', None), top_p, eos_id)
 
 class SampleCB(Callback):
     "Every `every` of the run's clock and at the end of the fit, continue `prompt` with the model; show and log it; training's RNG untouched"
@@ -56,13 +65,17 @@ class SampleCB(Callback):
                  temperature:float=0.8, # below 1: surer choices; 0: always the likeliest token
                  top_k:int=50, # sample among the `top_k` likeliest tokens only (`None`: all)
                  seed:int=0, # the sampling's own seed: samples of two runs at the same step are comparable
-                 name:str='sample'): # what the loggers call it
+                 name:str='sample', # what the loggers call it
+                 top_p:float=None, # sample among the likeliest tokens holding `top_p` of the probability (nucleus sampling; `None`: all)
+                 eos_id:int=None): # the end-of-text token id: the continuation stops there (Hugging Face models: their own, unless given)
         if not (callable(getattr(tokenizer, 'encode', None)) and callable(getattr(tokenizer, 'decode', None))):
             raise TypeError(f"SampleCB needs a tokenizer with `encode(text)` and `decode(ids)` (got {type(tokenizer).__name__}): e.g. the "
                             f"Hugging Face `tokenizers.Tokenizer` the text was tokenized with")
         if not _ids(tokenizer, prompt): raise ValueError(f"The prompt {prompt!r} encodes to no token: give SampleCB some text to continue")
         self.prompt, self.tokenizer, self.every, self.n = prompt, tokenizer, Every(every), max_new_tokens
+        if top_p is not None and not 0 < top_p <= 1: raise ValueError(f"top_p={top_p!r}: it is the probability mass kept, above 0 and at most 1 (e.g. 0.9)")
         self.temperature, self.top_k, self.seed, self.name, self.samples = temperature, top_k, seed, name, []
+        self.top_p, self.eos_id = top_p, eos_id
 
     def before_fit(self, trainer):
         "Count `every` from where the run's clock is"
@@ -89,9 +102,13 @@ class SampleCB(Callback):
         with torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []), torch.no_grad():
             torch.manual_seed(self.seed)
             model.eval()
-            try: out = _continue(model, idx, self.n, self.temperature, self.top_k)
+            try: out = _continue(model, idx, self.n, self.temperature, self.top_k, self.top_p, self.eos_id)
             finally: model.train(training)
-        text = self.tokenizer.decode(out[0, idx.shape[1]:].tolist())
+        ids, eos = out[0, idx.shape[1]:].tolist(), self.eos_id
+        if eos is None and hasattr(model, 'generation_config'): eos = model.generation_config.eos_token_id  # a transformers model's own
+        for e in (eos if isinstance(eos, (list, tuple)) else [eos]):
+            if e is not None and e in ids: ids = ids[:ids.index(e)]  # the text ends at the end-of-text token (and its padding goes)
+        text = self.tokenizer.decode(ids)
         self.samples.append((trainer.clock.step, text))
         if trainer.has_handlers('log_text'): trainer.log_text(self.name, self.prompt + text, step=trainer.clock.step)
         else: try_print(text_line(self.name, self.prompt + text, trainer.clock.step))

@@ -164,13 +164,14 @@ class SaveBestModelCB(Callback):
                  reset_on_train:bool=True): # forget the best score of earlier fits when a fit starts
         self.watch = MetricWatch(watch_metric, 'SaveBestModelCB')
         self.path, self.watch_metric, self.greater_is_better, self.reset_on_train = Path(path), watch_metric, greater_is_better, reset_on_train
-        self.best, self.best_epoch, self.active, self.needs = None, None, False, (watch_metric,)
+        self.best, self.active, self.needs = None, False, (watch_metric,)
+        self.best_epoch = self.best_step = None  # where the best weights came: the epoch (`None` in a run measured in steps), the optimizer step
 
     def before_fit(self, trainer):
         "Watch the metric in fits that train; forget the best score of earlier fits (with `reset_on_train`)"
         self.active = trainer.do_train
         if not self.active: return
-        if self.reset_on_train: self.best, self.best_epoch = None, None
+        if self.reset_on_train: self.best, self.best_epoch, self.best_step = None, None, None
         self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
@@ -182,7 +183,8 @@ class SaveBestModelCB(Callback):
         better = not (value is None or math.isnan(value := float(value))) and (self.best is None or (value > self.best if self.greater_is_better else value < self.best))
         if sharded := is_sharded(trainer.model): better, value = _main_says(better, value, trainer.model)  # (every process gathers, or none)
         if not better: return
-        self.best, self.best_epoch = value, trainer.epoch
+        self.best, self.best_step = value, trainer.clock.step
+        self.best_epoch = None if getattr(trainer, 'steps', None) is not None else trainer.epoch  # a run in steps has intervals, not epochs
         if sharded: save_full_weights(trainer.model, self.path)
         elif is_main_process(): atomic_save(unwrap_model(trainer.model).state_dict(), self.path)
 
@@ -198,12 +200,12 @@ class SaveBestModelCB(Callback):
         else: model.load_state_dict(torch.load(self.path, map_location=device, weights_only=True))
 
     def state_dict(self):
-        "The best score and its epoch, for checkpoints"
-        return {'best': self.best, 'best_epoch': self.best_epoch}
+        "The best score, its epoch and its step, for checkpoints"
+        return {'best': self.best, 'best_epoch': self.best_epoch, 'best_step': self.best_step}
 
     def load_state_dict(self, state:dict): # from `state_dict`
-        "Restore the best score and its epoch"
-        self.best, self.best_epoch = state['best'], state['best_epoch']
+        "Restore the best score, its epoch and its step (a state without `best_step`, an older aisaac's, loads too)"
+        self.best, self.best_epoch, self.best_step = state['best'], state['best_epoch'], state.get('best_step')
 
 def _main_says(better:bool, value, model):
     "The main process's `better` and `value`, on every process (a broadcast): the processes of a sharded model decide together"

@@ -21,6 +21,8 @@ def _stop(cb, reason, trainer=None):
     if trainer is None: raise CancelFitException(cb.reason)
     trainer.request_stop(cb.reason)
 
+def _in_steps(trainer): return getattr(trainer, 'steps', None) is not None  # a run measured in steps: its passes are intervals, named by step
+
 class TerminateOnNaNCB(Callback):
     "Stop the fit, before backward, when a training or validation loss is NaN or infinite (reads the loss on the host every batch)"
     def before_fit(self, trainer):
@@ -28,11 +30,13 @@ class TerminateOnNaNCB(Callback):
         self.reason = None
 
     def after_loss(self, trainer):
-        "Stop the fit if the loss is not finite, naming the pass, epoch and batch"
+        "Stop the fit if the loss is not finite, naming the pass, epoch and batch (in a run measured in steps: the step)"
         loss = trainer.loss  # (`item` needs no `detach`: one tensor less per batch)
         if math.isfinite(loss.item() if loss.numel() == 1 else loss.detach().sum().item()): return
         split = 'training' if trainer.model.training else 'validation'
-        _stop(self, f"the {split} loss is {loss.sum().item()} at epoch {trainer.epoch}, batch {trainer.batch_num}; "
+        at = (f"epoch {trainer.epoch}, batch {trainer.batch_num}" if not _in_steps(trainer) else f"step {trainer.clock.step + 1}" if split == 'training'
+              else f"step {trainer.clock.step} (validation batch {trainer.batch_num})")  # (a training batch makes the next step)
+        _stop(self, f"the {split} loss is {loss.sum().item()} at {at}; "
                     f"the fit stops{' before the weights are updated with it' if split == 'training' else ''}")
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #6b95172e
@@ -52,8 +56,8 @@ class _MetricStopper(Callback):
     def checkpoint(self, trainer, at):
         "At the end of each epoch, read the metric (an error if the epoch recorded none); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
         if at != 'epoch': return
-        if (reason := self._should_stop(self.watch.latest(trainer.history, trainer.epoch), trainer.epoch)) is not None:
-            _stop(self, f"{reason}; the fit stops after epoch {trainer.epoch}", trainer)
+        if (reason := self._should_stop(self.watch.latest(trainer.history, trainer.epoch), trainer)) is not None:
+            _stop(self, f"{reason}; the fit stops after {f'step {trainer.clock.step}' if _in_steps(trainer) else f'epoch {trainer.epoch}'}", trainer)
 
     def _better(self, a, b, by=0.):
         "Whether `a` beats `b` by more than `by`"
@@ -61,8 +65,8 @@ class _MetricStopper(Callback):
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #1c24b125
 class EarlyStoppingCB(_MetricStopper):
-    "Stop the fit when `watch_metric` has not improved by more than `threshold` for `patience` epochs in a row"
-    def __init__(self, patience:int=1, # epochs in a row without improvement before the fit stops
+    "Stop the fit when `watch_metric` has not improved by more than `threshold` for `patience` epochs (intervals of a run in steps) in a row"
+    def __init__(self, patience:int=1, # epochs in a row without improvement before the fit stops (intervals, in a run measured in steps)
                  threshold:float=0.01, # the smallest change that counts as an improvement
                  watch_metric:str='valid_loss', # the name of a per-epoch metric in `trainer.history`
                  greater_is_better:bool=False): # whether a larger value is an improvement (accuracy) or a smaller one (loss)
@@ -70,30 +74,34 @@ class EarlyStoppingCB(_MetricStopper):
             raise ValueError(f"patience must be a positive integer, the epochs without improvement to wait (got {patience!r}): e.g. patience=3")
         if not threshold >= 0: raise ValueError(f"threshold must be >= 0, the smallest improvement that counts (got {threshold!r})")
         super().__init__(watch_metric, greater_is_better)
-        self.patience, self.threshold, self.best, self.best_epoch, self.wait, self._loaded = patience, threshold, None, None, 0, False
+        self.patience, self.threshold, self.best, self.wait, self._loaded = patience, threshold, None, 0, False
+        self.best_epoch = self.best_step = None  # where the best value came: the epoch (`None` in a run measured in steps), the optimizer step
 
     def before_fit(self, trainer):
         "Start from no best value, unless a state was loaded for this fit"
         super().before_fit(trainer)
-        if not self._loaded: self.best, self.best_epoch, self.wait = None, None, 0
+        if not self._loaded: self.best, self.best_epoch, self.best_step, self.wait = None, None, None, 0
         self._loaded = False
 
-    def _should_stop(self, value, epoch):
+    def _should_stop(self, value, trainer):
+        steps = _in_steps(trainer)
         if self.best is None or self._better(value, self.best, self.threshold):
-            self.best, self.best_epoch, self.wait = value, epoch, 0
+            self.best, self.best_epoch, self.best_step, self.wait = value, None if steps else trainer.epoch, trainer.clock.step, 0
             return None
         self.wait += 1
         if self.wait >= self.patience:
-            return (f"{self.watch_metric} has not improved by more than {self.threshold} for {self.wait} epoch{'s' * (self.wait > 1)} "
-                    f"(best {self.best:.6g} at epoch {self.best_epoch}, now {value:.6g})")
+            unit, at = ('epoch', f'epoch {self.best_epoch}') if not steps or self.best_step is None else ('interval', f'step {self.best_step}')
+            return (f"{self.watch_metric} has not improved by more than {self.threshold} for {self.wait} {unit}{'s' * (self.wait > 1)} "
+                    f"(best {self.best:.6g} at {at}, now {value:.6g})")
 
     def state_dict(self):
-        "The best value, its epoch and the epochs waited, for checkpoints"
-        return {'best': self.best, 'best_epoch': self.best_epoch, 'wait': self.wait}
+        "The best value, its epoch and step, and the epochs waited, for checkpoints"
+        return {'best': self.best, 'best_epoch': self.best_epoch, 'best_step': self.best_step, 'wait': self.wait}
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
-        "Restore the best value, its epoch and the epochs waited (loaded between fits: for the next fit)"
+        "Restore the best value, its epoch and step, and the epochs waited (loaded between fits: for the next fit); a state without `best_step` (an older aisaac's) loads too"
         self.best, self.best_epoch, self.wait, self._loaded = state['best'], state['best_epoch'], state['wait'], True
+        self.best_step = state.get('best_step')
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #b0d61185
 def _lower_is_better(name):
@@ -109,6 +117,6 @@ class ThresholdStopperCB(_MetricStopper):
         if greater_is_better is None: self.greater_is_better = not _lower_is_better(watch_metric)
         self.threshold = threshold
 
-    def _should_stop(self, value, epoch):
+    def _should_stop(self, value, trainer):
         if value == self.threshold or self._better(value, self.threshold):
             return f"{self.watch_metric} is {value:.6g}, which reached the threshold {self.threshold} ({'>=' if self.greater_is_better else '<='})"

@@ -12,7 +12,7 @@ import json, os, shutil, struct, tempfile, time, warnings
 from pathlib import Path
 import numpy as np
 import torch
-from .loggers import Logger, _needs, _is_number, run_config
+from .loggers import Logger, _needs, _is_number, _per, run_config
 
 # %% ../../nbs/callbacks/62_trackers.ipynb #0f8e1509
 def _image_array(image):
@@ -251,7 +251,7 @@ def read_wandb_run(path): # a run's folder (`wandb/offline-run-<time>-<id>`), or
     return out
 
 # %% ../../nbs/callbacks/62_trackers.ipynb #eac2d87f
-_axis = {'epoch': 'epoch', 'batch': 'batch/step'}
+_axis = {'epoch': 'epoch', 'batch': 'batch/step', 'interval': 'step'}  # W&B's x-axis of the values per epoch, per batch, per interval (a run in steps)
 
 def _wait_written(path, timeout:float=30.):
     "Wait until wandb's core has written the whole run to `path` (`finish` returns a few ms before): its last record says the run ended"
@@ -308,9 +308,9 @@ class WandBLogger(Logger):
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
               per:str): # `'epoch'` or `'batch'`
-        "Log the numbers of `metrics`, each against its axis: `epoch` for values per epoch, `batch/step` for values per batch (under `batch/<name>`)"
+        "Log the numbers of `metrics`, each against its axis: `epoch` for values per epoch (`step` in a run measured in steps), `batch/step` for values per batch (under `batch/<name>`)"
         if per not in self._pers or not self._ready(): return
-        axis, rows = _axis[per], {}
+        axis, rows = _axis[_per(trainer, per)], {}
         for k, v in metrics.items():
             if not _is_number(v): continue
             tag, s = _tag(k, per), self.step_of(k, step, per)
@@ -322,11 +322,11 @@ class WandBLogger(Logger):
     def log_image(self, trainer, name:str, # what the image shows
                   image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
                   step:int=None): # the epoch it belongs to, or `None`
-        "Log `image` as a `wandb.Image` under `name`, against the `epoch` axis"
+        "Log `image` as a `wandb.Image` under `name`, against the `epoch` axis (`step` in a run measured in steps)"
         self.write_held(trainer)
         if not self._ready(): return
-        self._define(name, 'epoch')
-        self.run.log({name: self._wandb.Image(_image_array(image)), 'epoch': self.step_of(name, step, 'image')})
+        self._define(name, axis := _axis[_per(trainer, 'epoch')])
+        self.run.log({name: self._wandb.Image(_image_array(image)), axis: self.step_of(name, step, 'image')})
 
     def log_text(self, trainer, name:str, # what the text is, e.g. `'sample'` (`SampleCB`)
                  text:str, # the text
