@@ -170,11 +170,11 @@ def trial(out, steps, kills, train_secs, rng):
         return rec
 
 def results(d:Path):
-    "The records of the results file, without their times: (event, epoch, metrics, status, epochs, result), and how many runs"
+    "The records of the results file, without their times: (event, epoch or step, metrics, status, epochs or intervals), and how many runs"
     if not (d/'results.jsonl').exists(): return None
     lines = [json.loads(l) for l in (d/'results.jsonl').read_text().splitlines()]
-    return len({l['run'] for l in lines}), [tuple(l.get(k) if k != 'metrics' else json.dumps(l.get(k)) for k in
-                                                ('event', 'epoch', 'metrics', 'status', 'epochs')) for l in lines]
+    return len({l['run'] for l in lines}), [(l.get('event'), l.get('epoch', l.get('step')), json.dumps(l.get('metrics')), l.get('status'),
+                                             l.get('epochs', l.get('intervals'))) for l in lines]  # (a run in steps writes `step`, `intervals`)
 
 def scalars(d:Path):
     "TensorBoard's scalars in `d/tb`, as TensorBoard reads them: {tag: [(step, value)]} (None without tensorboard)"
