@@ -238,13 +238,15 @@ class Checkpoints:
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
         rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]  # a step between backward and step
+        whole = not is_sharded(model)  # (`FSDPCB` may shard it in the block: `lr_find` before the first fit)
         try: yield self
         finally:
             for k in [k for k in vars(self) if _kept(k) and k not in attrs]: delattr(self, k)
             for k, v in attrs.items(): setattr(self, k, v)
-            model.load_state_dict(saved['model'])
+            if resharded := whole and is_sharded(model): load_state_dicts(model, None, {'model': saved['model'], 'opt': None})  # each process its shards
+            else: model.load_state_dict(saved['model'])
             for m, training in modes: m.training = training  # each module's mode (a frozen BatchNorm stays in eval)
-            for p, g in zip(model.parameters(), grads): p.grad = g
+            for p, g in zip(model.parameters(), grads): p.grad = None if resharded else g  # (sharding dropped the whole ones)
             if saved['opt'] is not None: self.opt.load_state_dict(saved['opt'])
             for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
             if h is not None: h.load_state_dict(saved['history'])
