@@ -14,6 +14,7 @@ import torch
 from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
+from .clock import set_sampler_epoch
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
@@ -332,13 +333,15 @@ class _FitTracker(Callback):
         if self.state is not None: self._resume(trainer)
 
     def before_train(self, trainer):
-        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"
+        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
         resumed = self.state is not None and self._resume(trainer, training=True)
         if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+        if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch)  # a `DistributedSampler`: this epoch's order
         trainer._at = ('train', trainer.epoch)
 
     def before_data_epoch(self, trainer):
         "A run measured in steps starts an epoch of the training loader: keep the random states its order comes from, or resume inside it"
+        set_sampler_epoch(trainer.dls.train, trainer.clock.epoch)  # a `DistributedSampler`: this epoch's order
         if self.stream_at is None:
             trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
             return
