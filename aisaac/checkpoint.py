@@ -336,7 +336,7 @@ class _FitTracker(Callback):
         "Load the checkpoint at the first pass; keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
         resumed = self.state is not None and self._resume(trainer, training=True)
         if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
-        if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch)  # a `DistributedSampler`: this epoch's order
+        if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch if hasattr(trainer, 'clock') else trainer.epoch)  # this epoch's order
         trainer._at = ('train', trainer.epoch)
 
     def before_data_epoch(self, trainer):
