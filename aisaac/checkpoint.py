@@ -14,6 +14,7 @@ import torch
 from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
+from .clock import set_sampler_epoch
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
@@ -238,13 +239,15 @@ class Checkpoints:
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
         rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]  # a step between backward and step
+        whole = not is_sharded(model)  # (`FSDPCB` may shard it in the block: `lr_find` before the first fit)
         try: yield self
         finally:
             for k in [k for k in vars(self) if _kept(k) and k not in attrs]: delattr(self, k)
             for k, v in attrs.items(): setattr(self, k, v)
-            model.load_state_dict(saved['model'])
+            if resharded := whole and is_sharded(model): load_state_dicts(model, None, {'model': saved['model'], 'opt': None})  # each process its shards
+            else: model.load_state_dict(saved['model'])
             for m, training in modes: m.training = training  # each module's mode (a frozen BatchNorm stays in eval)
-            for p, g in zip(model.parameters(), grads): p.grad = g
+            for p, g in zip(model.parameters(), grads): p.grad = None if resharded else g  # (sharding dropped the whole ones)
             if saved['opt'] is not None: self.opt.load_state_dict(saved['opt'])
             for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
             if h is not None: h.load_state_dict(saved['history'])
@@ -330,13 +333,15 @@ class _FitTracker(Callback):
         if self.state is not None: self._resume(trainer)
 
     def before_train(self, trainer):
-        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from"
+        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
         resumed = self.state is not None and self._resume(trainer, training=True)
         if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
+        if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch if hasattr(trainer, 'clock') else trainer.epoch)  # this epoch's order
         trainer._at = ('train', trainer.epoch)
 
     def before_data_epoch(self, trainer):
         "A run measured in steps starts an epoch of the training loader: keep the random states its order comes from, or resume inside it"
+        set_sampler_epoch(trainer.dls.train, trainer.clock.epoch)  # a `DistributedSampler`: this epoch's order
         if self.stream_at is None:
             trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
             return

@@ -18,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state
                                                      set_optimizer_state_dict, set_state_dict)
 from torch.distributed.tensor import DTensor
 from .core.dispatch import with_cbs
+from .ranks import _all_ok, _world_size
 from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, atomic_save, fsync_dir, is_main_process,
                       unwrap_model, verify, _torch_load)
 
@@ -26,8 +27,7 @@ def is_sharded(model:torch.nn.Module): # a model, maybe wrapped
     "Whether a parameter of `model` is a `DTensor`: the model is sharded (e.g. by `torch.distributed.fsdp.fully_shard`)"
     return any(isinstance(p, DTensor) for p in unwrap_model(model).parameters())
 
-def _world(): return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-def _rank(): return dist.get_rank() if _world() > 1 else 0
+def _rank(): return dist.get_rank() if _world_size() > 1 else 0
 
 @contextlib.contextmanager
 def _quiet():
@@ -35,13 +35,6 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='torch.distributed is disabled')
         yield
-
-def _all_ok(ok:bool):
-    "Whether `ok` holds on every process (each process learns it: a collective)"
-    if _world() == 1: return ok
-    t = torch.tensor([int(ok)])
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
 
 def _on_main(f, what):
     "Run `f` on the main process; if it fails, raise `CheckpointWriteError` starting with `what` on every process (none is left waiting)"
@@ -77,7 +70,7 @@ def load_state_dicts(model:torch.nn.Module, # the trainer's model
     if shards := state.get('shards'):
         msd, osd = get_state_dict(model, opts)  # the layout to read into: this process's shards
         sd = {'model': msd, **({'optim': osd['state']} if with_opt else {})}
-        with _quiet(): dcp.load(sd, storage_reader=dcp.FileSystemReader(shards), no_dist=_world() == 1)
+        with _quiet(): dcp.load(sd, storage_reader=dcp.FileSystemReader(shards), no_dist=_world_size() == 1)
         if with_opt: set_state_dict(model, opt, model_state_dict=sd['model'], optim_state_dict={'state': sd['optim'], 'param_groups': state['opt']['param_groups']})
         else: set_model_state_dict(model, sd['model'])
     elif is_sharded(model):  # a whole file into a sharded model: each process takes its shards of the full tensors
@@ -121,14 +114,14 @@ class ShardedCheckpointEngine(CheckpointEngine):
             tmp.mkdir(parents=True)
         _on_main(start, f"Could not start the sharded checkpoint {tmp}")  # (a barrier: the folder is there)
         tensors = {'model': state['model'], **({} if state['opt'] is None else {'optim': state['opt']['state']})}
-        with _quiet(): dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world() == 1)  # (raises on every process if one fails)
+        with _quiet(): dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world_size() == 1)  # (raises on every process if one fails)
         error = None
         try:
             self._files.save(state['rng'], tmp/f'rng_{rank}.pt')
             if rank == 0:
                 rest = {k: v for k, v in state.items() if k not in ('model', 'opt', 'rng')}
                 opt = None if state['opt'] is None else {'param_groups': state['opt']['param_groups']}
-                self._files.save({**rest, 'model': None, 'opt': opt, 'rng': None, 'world_size': _world()}, tmp/'state.pt')
+                self._files.save({**rest, 'model': None, 'opt': opt, 'rng': None, 'world_size': _world_size()}, tmp/'state.pt')
         except OSError as e: error = e
         self._written(tmp, rank)
         if not _all_ok(error is None):  # every process has written its part, or they all raise
@@ -158,10 +151,10 @@ class ShardedCheckpointEngine(CheckpointEngine):
         meta = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         state['model'] = {k[6:]: torch.empty(m.size, device='meta') for k, m in meta.items() if k.startswith('model.') and hasattr(m, 'size')}
         n, rank = state.pop('world_size', 1), _rank()
-        if n != _world() and rank == 0:
-            warnings.warn(f"{path} was written by {n} process(es) and resumes on {_world()}: the weights and optimizer are resharded, and "
+        if n != _world_size() and rank == 0:
+            warnings.warn(f"{path} was written by {n} process(es) and resumes on {_world_size()}: the weights and optimizer are resharded, and "
                           f"every process takes the random state of the main process of the checkpoint (the random draws differ from a run on {n})")
-        state['rng'] = self._files.load(path/f'rng_{rank if n == _world() else 0}.pt')
+        state['rng'] = self._files.load(path/f'rng_{rank if n == _world_size() else 0}.pt')
         state['shards'] = str(path)
         return state
 

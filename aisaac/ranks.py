@@ -38,6 +38,25 @@ def _store():
     try: return dist.distributed_c10d._get_default_store()
     except Exception: return None
 
+# %% ../nbs/24_ranks.ipynb #7d3dfaf7
+def _small_group():
+    "The gloo group of every process for aisaac's own small collectives on CPU tensors (which NCCL refuses); made at the first call (a collective), kept by torch until the process group is destroyed"
+    made = (g for g in dist.distributed_c10d._world.pg_map if g.group_desc == 'aisaac_small')  # (no reference of ours: torch's own keeps it)
+    return next(made, None) or dist.new_group(backend='gloo', group_desc='aisaac_small')
+
+def _across(how:str, # 'main': the main process's values; 'min', 'max' or 'sum': over the processes
+            *values): # numbers (or bools)
+    "`values`, as floats, agreed by every process (a collective, in the gloo group of `_small_group`); on one process, as they are"
+    if _world_size() < 2: return [float(v) for v in values]
+    t, group = torch.tensor([float(v) for v in values], dtype=torch.float64), _small_group()
+    if how == 'main': dist.broadcast(t, 0, group=group)
+    else: dist.all_reduce(t, {'min': dist.ReduceOp.MIN, 'max': dist.ReduceOp.MAX, 'sum': dist.ReduceOp.SUM}[how], group=group)
+    return t.tolist()
+
+def _all_ok(ok:bool): # this process's answer
+    "Whether `ok` holds on every process (each process learns it: a collective)"
+    return bool(_across('min', ok)[0])
+
 # %% ../nbs/24_ranks.ipynb #10fdc2a6
 _points = ('before_fit', 'before_train', 'before_validate', 'before_epoch', 'before_dataloader', 'before_step', 'after_epoch',
            'after_train', 'after_validate', 'checkpoint', 'after_fit')  # the agreements: at the end of these events

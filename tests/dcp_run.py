@@ -5,7 +5,7 @@
     python dcp_run.py OUT JOB [JOB ...]
 
 Each JOB, run in turn in the same processes, is
-    straight:NAME:DIR:EPOCHS   a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps') (the main process's clock decides)
+    straight:NAME:DIR:EPOCHS[:EVERY]  a fresh fit of EPOCHS epochs with CheckpointCB(DIR, every='4 steps', or EVERY)
     resume:NAME:CKPT:EPOCHS    a fresh trainer that resumes the checkpoint CKPT (a folder or a file) for EPOCHS epochs in all
                                (resume:NAME:CKPT:EPOCHS:accum with GradAccumCB(2), :accum3 with GradAccumCB(3), :wide a GPT of width 32)
     kill:NAME:DIR:EPOCHS       as straight, with checkpoints every 2 batches; process 1 is killed (SIGKILL) at the 2nd checkpoint,
@@ -20,7 +20,9 @@ Each JOB, run in turn in the same processes, is
 A JOB whose kind starts with 'f' (fstraight, fresume, fpreempt, faccum, fbest) leaves the model whole and gives the trainer `FSDPCB`, which
 shards it in its `before_fit` (under torchrun; on one plain process the model stays whole and no FSDPCB is added).
 Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
-random state when each checkpoint was saved and when one was loaded, the warnings, the outcome).
+random state when each checkpoint was saved and when one was loaded, the warnings, the outcome, the broadcasts aisaac made).
+With AISAAC_NCCL_RULE=1 in the environment, a collective that aisaac's own code makes on a CPU tensor in the default process group
+raises, as NCCL (the backend of every GPU run) does: a stand-in for NCCL's rule on these CPU processes.
 
 The data give every process its part of the same global batch of 8 sequences, whatever the number of processes (process r of W takes
 rows r, r+W, ... and batches of 8/W), so a run on 1 process and one on 2 take the same optimizer steps (up to float rounding).
@@ -45,6 +47,18 @@ from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.sharding import FSDPCB
 
 V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
+BROADCASTS = [0]  # the `dist.broadcast`s aisaac's own code made in this job
+
+def _watch(name, f):
+    "`torch.distributed`'s `name` collective, counting aisaac's broadcasts; with AISAAC_NCCL_RULE, refusing aisaac's CPU tensors in the default group"
+    def collective(tensor, *args, group=None, **kwargs):
+        if sys._getframe(1).f_globals.get('__name__', '').startswith('aisaac'):
+            BROADCASTS[0] += name == 'broadcast'
+            if os.environ.get('AISAAC_NCCL_RULE') and tensor.device.type == 'cpu' and group in (None, dist.group.WORLD):
+                raise RuntimeError(f"No backend type associated with device type cpu (a stand-in for NCCL: {name} of a CPU tensor in the default group)")
+        return f(tensor, *args, group=group, **kwargs)
+    return collective
+for _name in ('all_reduce', 'broadcast'): setattr(dist, _name, _watch(_name, getattr(dist, _name)))
 
 def world(): return (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
 
@@ -101,12 +115,12 @@ def run(out, job):
     W, rank = world()
     fsdpcb, kind = kind.startswith('f'), kind.removeprefix('f')
     make = lambda cbs=(), **kw: make_trainer(cbs, fsdpcb, **kw)
-    res = {'world': W}
+    res, BROADCASTS[0] = {'world': W}, 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         if kind in ('straight', 'kill'):
-            dir, n = args
-            t, rec = make([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
+            dir, n, *every = args
+            t, rec = make([CheckpointCB(dir, every_n_epochs=None, keep_last=None, **({'every': every[0] if every else '4 steps'} if kind == 'straight' else {'every_n_batches': 2}))])
             if kind == 'kill':
                 calls = []
                 def written(self, tmp, r):
@@ -143,7 +157,7 @@ def run(out, job):
             t.load_checkpoint(last_checkpoint(args[0]))
             save_full_weights(t.model, out/f'{name}.full.pt')
     res.update(saved=rec.saved, loaded=rec.loaded, warnings=[str(w.message) for w in caught if 'aisaac' in str(w.filename) or 'resumes on' in str(w.message)],
-               outcome=getattr(t, 'outcome', None))
+               outcome=getattr(t, 'outcome', None), broadcasts=BROADCASTS[0])
     weights = full_weights(t.model)
     if rank == 0: torch.save(weights, out/f'{name}.pt')
     (out/f'{name}_{rank}.json').write_text(json.dumps(res))

@@ -8,6 +8,8 @@ the options: 'clip' (GradClipCB(0.05)), 'norm' (GradNormCB), 'ac' (ActivationChe
 Each process writes OUT/result_<rank>.json: the mean loss of both processes at each step, the norms, the whole weights after the fit.
 CASE 'refuse': a callback that needs what a main-only callback provides (refused on rank 1 only), on 'ddp' or 'fsdp'; with 'resume',
 instead, rank 1 alone resumes from a file that is not there (refused by `check_fit`); each process writes the error its fit raised.
+CASE 'lrfind': `lr_find` with FSDPCB before the first fit (FSDPCB shards the model in the sweep), a fit of 1 epoch, `lr_find` again;
+each process writes its suggestions, its curves and whether the whole weights after each sweep are those before it.
 `make_data`, `make_model` and `callbacks` also make the single-process reference of the test.
 """
 import datetime, json, sys, time, types
@@ -24,6 +26,7 @@ from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
 from aisaac.callbacks.monitors import GradNormCB
 from aisaac.callbacks.sharding import FSDPCB, ActivationCheckpointCB
+import aisaac.callbacks.lr_finder  # (adds `Trainer.lr_find`)
 
 VOCAB, T, N, BS = 32, 8, 16, 4  # 16 sequences of 8 tokens: 4 steps an epoch with a global batch of 4
 
@@ -115,6 +118,20 @@ def run_refuse(out, opts):
     except Exception as e: return {'error': f'{type(e).__name__}: {e}', 'notes': getattr(e, '__notes__', [])}
     return {'error': None}
 
+def run_lr_find(out, opts):
+    model = make_model()
+    trainer = Trainer(loaders(2), lm_loss, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), FSDPCB()])
+    res, before = {}, full_weights(model)
+    for when in ('first', 'after_fit'):
+        try: finder = trainer.lr_find(start_lr=1e-4, max_epochs=4, plot=False)
+        except Exception as e: return {**res, 'error': f'{type(e).__name__}: {e}'}
+        res[when] = dict(suggestion=finder.suggestion, lrs=finder.lrs, losses=finder.losses, restored=full_weights(model) == before,
+                         param_type=type(next(model.parameters())).__name__)
+        trainer.fit(1, lr=1e-2)  # it trains on (the first time, on the shards FSDPCB made in the sweep)
+        res[when]['trained'] = full_weights(model) != before
+        before = full_weights(model)
+    return res
+
 def run_memory(out, opts):
     "On this one process (no torchrun): 2 steps of a GPT with large activations, with or without 'ac'; the losses and the peak RSS"
     torch.manual_seed(0)
@@ -136,7 +153,7 @@ if __name__ == '__main__':
         sys.exit()
     dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
     rank, start = dist.get_rank(), time.time()
-    res = (run_fit if case == 'fit' else run_refuse)(out, opts)
+    res = {'fit': run_fit, 'refuse': run_refuse, 'lrfind': run_lr_find}[case](out, opts)
     res.update(rank=rank, seconds=time.time() - start)
     (out/f'result_{rank}.json').write_text(json.dumps(res))
     dist.destroy_process_group()

@@ -13,10 +13,10 @@ from aisaac.callbacks.savers import checkpoints, last_checkpoint
 HERE = Path(__file__).parent
 LIMIT = 240  # seconds for one launch; each takes about 15 s on 2 idle cores
 
-def launch(out, nproc, *jobs):
-    "Run tests/dcp_run.py's `jobs` on `nproc` processes (torchrun), or on one plain process (`nproc=0`); its log and return code"
+def launch(out, nproc, *jobs, env=None):
+    "Run tests/dcp_run.py's `jobs` on `nproc` processes (torchrun), or on one plain process (`nproc=0`), with `env` added to the environment; its log and return code"
     run = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(nproc)] if nproc else [sys.executable]
-    env = {**os.environ, 'PYTHONPATH': str(HERE.parent), 'OMP_NUM_THREADS': '1'}
+    env = {**os.environ, 'PYTHONPATH': str(HERE.parent), 'OMP_NUM_THREADS': '1', **(env or {})}
     p = subprocess.Popen([*run, str(HERE/'dcp_run.py'), str(out), *jobs], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True, env=env, cwd=out)
     try: log, _ = p.communicate(timeout=LIMIT)
@@ -26,10 +26,10 @@ def launch(out, nproc, *jobs):
         pytest.fail(f"{jobs} on {nproc} process(es) did not end in {LIMIT} s: a process waits for another")
     return log, p.returncode
 
-def ok(out, nproc, *jobs):
-    log, rc = launch(out, nproc, *jobs)
+def ok(out, nproc, *jobs, env=None):
+    log, rc = launch(out, nproc, *jobs, env=env)
     if rc != 0 and 'terminate called without an active exception' in log:  # a gloo thread torn down by C++ at a process's exit, seen
-        log, rc = launch(out, nproc, *jobs)                                 # once in ~10 runs on a loaded machine: the jobs run again
+        log, rc = launch(out, nproc, *jobs, env=env)                        # once in ~10 runs on a loaded machine: the jobs run again
     assert rc == 0, log[-4000:]
 
 def result(out, name, rank=0): return json.loads((out/f'{name}_{rank}.json').read_text())
@@ -227,3 +227,16 @@ def test_fsdpcb_refuses_a_checkpoint_of_another_model_before_sharding_on_every_p
         r = result(fsdp_runs, 'wide', rank)
         assert "CheckpointError: The checkpoint does not fit this trainer: shapes differ: tok_emb.weight (32, 16) (the model's: (32, 32))" in r['error'], r['error']
         assert r['param_type'] == 'Parameter'
+
+def test_aisaac_collectives_keep_to_nccl_and_a_checkpoint_period_of_steps_needs_none(tmp_path):
+    """NCCL, the backend of every GPU run, refuses a CPU tensor in the default process group, and aisaac put its own CPU tensors there:
+    the agreement that every process wrote its part of a sharded checkpoint, CheckpointCB's decision on a period, SaveBestModelCB's.
+    Under dcp_run's stand-in for NCCL's rule (AISAAC_NCCL_RULE) they now run, in a gloo group of their own. And CheckpointCB
+    broadcasts the main process's decision at each training batch only for a period the processes count apart (time, samples,
+    tokens): 8 broadcasts in a run of 8 batches on a wall-clock period, none every '4 steps' (before: 8 in both)"""
+    ok(tmp_path, 2, f'fstraight:steps:{tmp_path}/s:1', f'fstraight:clock:{tmp_path}/c:1:1000 s', f'fbest:best:{tmp_path}/b:2',
+       env={'AISAAC_NCCL_RULE': '1'})
+    assert [p.name for p in checkpoints(tmp_path/'s')] == ['checkpoint_0000_000004', 'checkpoint_0000_000008'] and not (tmp_path/'c').exists()
+    for r in (0, 1):
+        assert result(tmp_path, 'steps', r)['broadcasts'] == 0 and result(tmp_path, 'clock', r)['broadcasts'] == 8
+        assert result(tmp_path, 'best', r)['best_epoch'] == 0 and result(tmp_path, 'best', r)['broadcasts'] == 2  # (one an epoch)

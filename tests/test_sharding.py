@@ -108,3 +108,15 @@ def test_a_refusal_in_the_checks_of_fit_on_one_process_is_raised_on_all(tmp_path
     assert r1['error'] == f"FileNotFoundError: No checkpoint at {tmp_path/'missing.pt'}" and r0['error'] == r1['error']
     assert r0['notes'] == ['raised on rank 1 before the fit started: every process refuses the fit']
     assert r0['seconds'] < 20
+
+def test_lr_find_under_fsdp_gives_both_processes_the_same_suggestion_and_puts_the_weights_back(tmp_path):
+    """`lr_find` with FSDPCB on 2 processes, before the first fit (FSDPCB shards the model in the sweep) and after one: both processes
+    record the same curve (the mean of their losses) and get the same suggestion; the whole weights after the sweep are those before
+    it (a sweep that sharded the model puts the whole weights back into its shards), and the fit after it trains"""
+    r0, r1 = launch(tmp_path, 'lrfind')
+    assert 'error' not in r0 and 'error' not in r1, (r0.get('error'), r1.get('error'))
+    for when in ('first', 'after_fit'):
+        a, b = r0[when], r1[when]
+        assert a['restored'] and b['restored'] and a['trained'] and b['trained']
+        assert a['param_type'] == 'DTensor' and len(a['lrs']) >= 5
+        assert a['suggestion'] is not None and a['suggestion'] == b['suggestion'] and a['losses'] == b['losses'] and a['lrs'] == b['lrs']

@@ -9,10 +9,12 @@ __all__ = ['GradAccumCB', 'MicroBatchCB', 'GradClipCB']
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #c01baf4d
 import torch
+import torch.distributed as dist
 from ..core.callback import Callback, CancelBackwardException, CancelStepException
 from .train import BasicTrainCB
 from ..persist import CheckpointError, unwrap_model
 from ..dcp import is_sharded
+from ..ranks import _across, _world_size
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #7d893d52
 def _scale_grad(loss, factor):
@@ -32,11 +34,6 @@ def _loss_items(trainer, batch=None):
 def _check_count(n, name, what):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{name} must be a positive integer, the number of {what} (got {n!r}): e.g. {name}=4; 1 changes nothing")
-
-def _averaging():
-    "The processes whose gradients DDP, FSDP or Accelerate average at each backward (torch.distributed's group), `None` when there is one"
-    d = torch.distributed
-    return d if d.is_available() and d.is_initialized() and d.get_world_size() > 1 else None
 
 class GradAccumCB(Callback):
     "Step the optimizer every `n_batches` training batches, with the gradients one batch of all of them would give (batches of samples of one size, or of tokens: each token counts once)"
@@ -68,18 +65,15 @@ class GradAccumCB(Callback):
         if not isinstance(items, torch.Tensor): return 1 / self.n_batches  # samples (or no `BasicTrainCB`): batches of a size count alike
         if self.scale is None:
             batch = trainer.batch if micro is None else micro._full
-            self.scale = self._agree(self.n_batches * _trainer_cb(trainer).targets(batch)[0].numel(), items.device)
+            self.scale = self._agree(self.n_batches * _trainer_cb(trainer).targets(batch)[0].numel())
         factor = items / self.scale  # this process's tokens; the window's total (every process's) divides the sum at the step
-        if (d := _averaging()) is not None: d.all_reduce(items := items.clone())
+        if _world_size() > 1: dist.all_reduce(items := items.clone())  # (on the batch's device, as DDP's and FSDP's: no wait for the host)
         self.tokens = items if self.tokens is None else self.tokens.to(items.device) + items
         return factor
 
-    def _agree(self, scale, device):
+    def _agree(self, scale):
         "The scale of the token weights, the same on every process (the largest): DDP averages the weighted gradients"
-        if (d := _averaging()) is None: return float(scale)
-        t = torch.tensor(float(scale), device=device)
-        d.all_reduce(t, op=d.ReduceOp.MAX)
-        return t.item()
+        return _across('max', scale)[0]
 
     def before_step(self, trainer):
         "Skip the step and the zeroing of the gradients, except on every `n_batches`-th batch; then divide token-weighted gradients by the window's tokens"
@@ -87,7 +81,7 @@ class GradAccumCB(Callback):
         if k := self.count % self.n_batches:
             raise CancelStepException(f"gradient accumulation: batch {k} of {self.n_batches}, the step comes after batch {self.n_batches}")
         if self.tokens is None: return
-        world = 1 if (d := _averaging()) is None else d.get_world_size()  # DDP divided the sum by the processes: the tokens are everyone's
+        world = _world_size()  # DDP divided the sum by the processes: the tokens are everyone's
         factor, self.tokens = self.scale * world / self.tokens.clamp(min=1), None
         grads = [p.grad for g in trainer.opt.param_groups for p in g['params'] if p.grad is not None]
         if grads: torch._foreach_mul_(grads, factor.to(grads[0].device))

@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt
 from fastcore.basics import patch
 from ..core.callback import Callback, CancelEpochException, CancelFitException, setting
 from ..trainer import Trainer
+from ..ranks import _across, _world_size
+from ..utils import is_main_process
 
 # %% ../../nbs/callbacks/51_lr_finder.ipynb #49ab24f6
 _batch_work = ('before_batch', 'around_batch', 'before_predict', 'predict', 'before_loss', 'get_loss', 'before_backward', 'backward',
@@ -88,8 +90,9 @@ class LRFinderCB(Callback):
         raise CancelEpochException()
 
     def after_batch(self, trainer):
-        "Record the batch's LR and loss (read on the host: one sync per batch); stop if the loss exploded, else grow the LR"
+        "Record the batch's LR and loss (read on the host: one sync per batch; in a distributed fit the processes' mean); stop if the loss exploded, else grow the LR"
         loss = trainer.loss.detach().float().item()
+        if (world := _world_size()) > 1: loss = _across('sum', loss)[0] / world  # every process the same curve: the same stop, the same suggestion
         self.lrs.append(trainer.opt.param_groups[0]['lr']); self.losses.append(loss)
         if not math.isfinite(loss) or loss > self.max_mult * self.min: raise CancelFitException()
         self.min = min(self.min, loss)
@@ -97,7 +100,7 @@ class LRFinderCB(Callback):
 
     def cleanup_fit(self, trainer):
         "Put back the model's weights, the optimizer's state and the random states; plot the loss against the LR"
-        if self.plot_at_end and len(self.lrs) > 1 and trainer.outcome in ('ok', 'cancelled'): self.plot()
+        if self.plot_at_end and len(self.lrs) > 1 and trainer.outcome in ('ok', 'cancelled') and is_main_process(): self.plot()
         if self._saved is None: return
         model_state, opt, opt_state, rng = self._saved
         model_state.restore()

@@ -11,14 +11,13 @@ __all__ = ['checkpoints', 'checkpoint_problem', 'last_checkpoint', 'CheckpointCB
 import math, os, re, shutil, signal, threading, warnings
 from pathlib import Path
 import torch
-import torch.distributed as dist
 from ..clock import Every
 from ..history import MetricWatch
 from ..core.callback import Callback
-from ..ranks import PreemptedException
+from ..ranks import PreemptedException, _across
 from ..persist import CheckpointError, atomic_save, is_main_process, unwrap_model, verify, wait_for_everyone, _alive, _torch_load, _writer
 from ..checkpoint import _check_format
-from ..dcp import folder_problem, is_sharded, load_state_dicts, save_full_weights, _world
+from ..dcp import folder_problem, is_sharded, load_state_dicts, save_full_weights
 from ..utils import try_print
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
@@ -68,6 +67,9 @@ def _remove_stale_temps(dir):
         elif (pid := _writer(p)) is not None and pid != os.getpid() and not _alive(pid): p.unlink(missing_ok=True)
 
 # %% ../../nbs/callbacks/70_savers.ipynb #232f0ed5
+_own_counts = ('seconds', 'samples', 'tokens')  # what each process's clock counts its own way: its time, its batches' samples and tokens
+# (a batch padded to its longest sequence has as many tokens as that process's sequences need); epochs, steps and batches agree
+
 def _check_every(name, n):
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise ValueError(f"`{name}` must be a whole number of at least 1, or None (got {n!r})")
@@ -101,9 +103,8 @@ class CheckpointCB(Callback):
         n = self.every_n_epochs if at == 'epoch' else self.every_n_batches
         due = bool(n) and (trainer.epoch if at == 'epoch' else trainer.batch_num) % n == n - 1
         if at == 'batch' and self.every is not None and self.every.due(trainer.clock): due = True
-        if at == 'batch' and self.every is not None and getattr(trainer.checkpoint_engine, 'sharded', False) and _world() > 1:
-            torch.distributed.broadcast(t := torch.tensor([int(due)]), 0)  # the main's clock decides for all: they save together
-            due = bool(t.item())
+        if at == 'batch' and self.every is not None and self.every.unit in _own_counts and getattr(trainer.checkpoint_engine, 'sharded', False):
+            due = bool(_across('main', due)[0])  # the main's clock decides for all: they save together (a collective, each batch)
         if due: self.save(trainer)
 
     def save(self, trainer): # the trainer whose checkpoint to write
@@ -181,7 +182,7 @@ class SaveBestModelCB(Callback):
     def _consider(self, trainer, value):
         "Save the weights if `value` beats the best so far; a sharded model's whole, gathered by every process when the main process says it improved"
         better = not (value is None or math.isnan(value := float(value))) and (self.best is None or (value > self.best if self.greater_is_better else value < self.best))
-        if sharded := is_sharded(trainer.model): better, value = _main_says(better, value, trainer.model)  # (every process gathers, or none)
+        if sharded := is_sharded(trainer.model): better, value = _main_says(better, value)  # (every process gathers, or none)
         if not better: return
         self.best, self.best_step = value, trainer.clock.step
         self.best_epoch = None if getattr(trainer, 'steps', None) is not None else trainer.epoch  # a run in steps has intervals, not epochs
@@ -207,9 +208,8 @@ class SaveBestModelCB(Callback):
         "Restore the best score, its epoch and its step (a state without `best_step`, an older aisaac's, loads too)"
         self.best, self.best_epoch, self.best_step = state['best'], state['best_epoch'], state.get('best_step')
 
-def _main_says(better:bool, value, model):
+def _main_says(better:bool, value):
     "The main process's `better` and `value`, on every process (a broadcast): the processes of a sharded model decide together"
-    t = torch.tensor([float(better), float('nan') if value is None else float(value)], dtype=torch.float64, device=next(model.parameters()).device)
-    if _world() > 1: dist.broadcast(t, 0)
-    return bool(t[0].item()), t[1].item()
+    better, value = _across('main', better, math.nan if value is None else value)
+    return bool(better), value
 
