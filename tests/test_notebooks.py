@@ -160,6 +160,7 @@ def test_fine_tuning_tutorial_is_saved_with_its_full_run():
     assert p and float(p[3]) > 1, text
     lo = re.search(r'LoRA r=8: ([\d,]+) of ([\d,]+) parameters trained, \d+ s, validation loss ([\d.]+)', text)
     assert lo and int(lo[1].replace(',', '')) < int(lo[2].replace(',', '')) / 10 and float(lo[3]) < before, text
-    assert 'loaded the language-model tutorial' in _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'"))
+    base = re.search(r"loaded the language-model tutorial's GPT .*: pretrained for (\d+) steps", _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
+    assert base and int(base[1]) >= 1000, 'the page fine-tunes the full run of the language-model tutorial, not a short base'
     assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
     assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
