@@ -137,7 +137,7 @@ class CSVLogger(Logger):
 
     def before_fit(self, trainer):
         "Make sure the file can be written, before the first epoch (without rewriting the rows of earlier fits, or of the run a checkpoint resumes); the first column is `step` in a run measured in steps"
-        axis = 'step' if self.per == 'epoch' and getattr(trainer, 'steps', None) is not None else self.per  # its rows are numbered by step
+        axis = 'step' if _per(trainer, self.per) == 'interval' else self.per  # its rows are numbered by step
         if axis != self.axis: self.axis, self._written = axis, (None, [])  # the header changes: the next flush rewrites the file
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if (self.rows or getattr(trainer, 'resuming', False)) and self.path.exists(): open(self.path, 'a').close()  # writable: an error now
@@ -237,7 +237,7 @@ class JSONLinesLogger(FileLogger):
         if per not in self._pers or self.file is None: return
         if step is None: step = self.step_of('', step, per)
         else: self._last[(per, '')] = step = int(step)  # (`step_of`, inlined for the common case: monitors log every batch)
-        line = {'per': per if per == 'batch' else _per(trainer, per), 'step': step}
+        line = {'per': _per(trainer, per), 'step': step}
         for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
         self.file.write(json.dumps(line) + '\n')
 
