@@ -157,6 +157,18 @@ def sample_next(logits, # (B, vocab_size): scores of the next token
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), -float('inf'))
     return torch.multinomial(torch.softmax(logits, -1), 1)
 
+def _extend(next_logits, idx, max_new_tokens, temperature, top_k, top_p, eos_id):
+    "`idx` continued token by token, each drawn by `sample_next` from `next_logits(idx)` (B, vocab); rows that drew `eos_id` get only `eos_id` after, and it stops when every row has"
+    done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+    for _ in range(max_new_tokens):
+        nxt = sample_next(next_logits(idx), temperature, top_k, top_p)
+        if eos_id is not None:
+            nxt = nxt.masked_fill(done[:, None], eos_id)
+            done = done | (nxt[:, 0] == eos_id)
+        idx = torch.cat([idx, nxt], 1)
+        if eos_id is not None and done.all(): break  # one sync per token: generation is not the training loop
+    return idx
+
 class GPT(nn.Module):
     "A decoder-only transformer: embeddings, `n_layer` `GPTBlock`s, a final layer norm, a head tied to the token embedding"
     def __init__(self, vocab_size:int, # the tokenizer's vocabulary size
@@ -241,15 +253,7 @@ class GPT(nn.Module):
                  top_p:float=None, # draw among the likeliest tokens holding `top_p` of the probability (nucleus sampling)
                  eos_id:int=None): # the end-of-text token: a row that draws it gets only `eos_id` after, and generation stops when every row has
         "`idx` continued by up to `max_new_tokens` tokens, (B, T + n); n is smaller when every row has ended with `eos_id`"
-        done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
-        for _ in range(max_new_tokens):
-            nxt = sample_next(self(idx[:, -self.block_size:])[:, -1], temperature, top_k, top_p)
-            if eos_id is not None:
-                nxt = nxt.masked_fill(done[:, None], eos_id)
-                done = done | (nxt[:, 0] == eos_id)
-            idx = torch.cat([idx, nxt], 1)
-            if eos_id is not None and done.all(): break  # one sync per token: generation is not the training loop
-        return idx
+        return _extend(lambda ids: self(ids[:, -self.block_size:])[:, -1], idx, max_new_tokens, temperature, top_k, top_p, eos_id)
 
 def get_model_gpt(vocab_size:int, # the tokenizer's vocabulary size
                   n_layer:int=4, # transformer blocks

@@ -15,7 +15,7 @@ from ..clock import Every
 from ..core.callback import Callback
 from .progress import text_line
 from ..persist import unwrap_model
-from ..models import sample_next
+from ..models import _extend
 from .train import _logits
 
 # %% ../../nbs/callbacks/69_samples.ipynb #1249cd7f
@@ -28,14 +28,8 @@ def sample_tokens(model, # a causal language model: `model(ids)` gives logits (B
                   top_p:float=None, # sample among the likeliest tokens holding `top_p` of the probability (nucleus sampling)
                   eos_id:int=None): # the end-of-text token: a row that draws it gets only `eos_id` after; it stops when every row has
     "Continue `idx` by up to `max_new_tokens` tokens, each sampled from the model's distribution of the next token (fewer when every row ended with `eos_id`)"
-    done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
-    for _ in range(max_new_tokens):
-        logits = _logits(model(idx if block_size is None else idx[:, -block_size:]))[:, -1, :]
-        nxt = sample_next(logits, temperature, top_k, top_p)
-        if eos_id is not None: nxt = nxt.masked_fill(done[:, None], eos_id); done = done | (nxt[:, 0] == eos_id)
-        idx = torch.cat([idx, nxt], 1)
-        if eos_id is not None and done.all(): break
-    return idx
+    next_logits = lambda ids: _logits(model(ids if block_size is None else ids[:, -block_size:]))[:, -1, :]
+    return _extend(next_logits, idx, max_new_tokens, temperature, top_k, top_p, eos_id)  # the loop of `GPT.generate`, on any model
 
 # %% ../../nbs/callbacks/69_samples.ipynb #102f0c8c
 def _ids(tokenizer, text):
