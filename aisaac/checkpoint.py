@@ -14,7 +14,7 @@ import torch
 from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
-from .clock import set_sampler_epoch
+from .clock import set_sampler_epoch, _order_parts
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
@@ -24,8 +24,7 @@ def loader_generators(dls): # an object with `train` and `valid` loaders
     "The `torch.Generator`s of `dls`'s loaders and their samplers: with PyTorch's global generator, they decide the data order"
     res = []
     for dl in (dls.train, dls.valid):
-        bs = getattr(dl, 'batch_sampler', None)
-        for o in (dl, getattr(dl, 'sampler', None), bs, getattr(bs, 'sampler', None)):
+        for o in _order_parts(dl):
             g = getattr(o, 'generator', None)
             if isinstance(g, torch.Generator) and not any(g is h for h in res): res.append(g)
     return res

@@ -159,9 +159,13 @@ class _Until:
         while clock.step < self.target: yield stream.next_batch()
 
 # %% ../nbs/21_clock.ipynb #726dabd6
+def _order_parts(loader):
+    "`loader` and the samplers that decide its order (its `sampler`, `batch_sampler` and the batch sampler's `sampler`), each once"
+    bs = getattr(loader, 'batch_sampler', None)
+    return list({id(o): o for o in (loader, getattr(loader, 'sampler', None), bs, getattr(bs, 'sampler', None)) if o is not None}.values())
+
 def set_sampler_epoch(loader, # a loader (or any iterable of batches)
                       epoch:int): # the epoch that starts
     "Call `set_epoch(epoch)` on `loader` and on its samplers that have it (a `DistributedSampler`): each epoch gets its own order"
-    bs = getattr(loader, 'batch_sampler', None)
-    for o in {id(o): o for o in (loader, getattr(loader, 'sampler', None), bs, getattr(bs, 'sampler', None)) if o is not None}.values():
+    for o in _order_parts(loader):
         if callable(getattr(o, 'set_epoch', None)): o.set_epoch(epoch)
