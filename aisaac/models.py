@@ -140,13 +140,17 @@ def lm_loss(logits, # (B, T, vocab_size): the scores of each position's next tok
     "The mean cross-entropy over every position of every sequence, positions labelled -100 left out"
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
+def _check_top_p(top_p):
+    "Refuse a `top_p` that is not a probability mass to keep"
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p!r}: it is the probability mass kept, above 0 and at most 1 (e.g. 0.9); `None` keeps every token")
+
 def sample_next(logits, # (B, vocab_size): scores of the next token
                 temperature:float=1.0, # below 1: surer choices; 0: the likeliest token
                 top_k:int=None, # draw among the `top_k` likeliest tokens only
                 top_p:float=None): # nucleus sampling: draw among the likeliest tokens whose probabilities add up to `top_p` (0 < top_p <= 1)
     "One token per row, (B, 1), drawn from `softmax(logits / temperature)` restricted to the `top_k` likeliest, then to the nucleus of mass `top_p`"
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p={top_p}: it is the probability mass kept, above 0 and at most 1 (e.g. 0.9); `None` keeps every token")
+    _check_top_p(top_p)
     logits = logits.float()
     if temperature == 0: return logits.argmax(-1, keepdim=True)
     logits = logits / temperature

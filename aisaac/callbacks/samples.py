@@ -15,7 +15,7 @@ from ..clock import Every
 from ..core.callback import Callback
 from .progress import text_line
 from ..persist import unwrap_model
-from ..models import _extend
+from ..models import _check_top_p, _extend
 from .train import _logits
 
 # %% ../../nbs/callbacks/69_samples.ipynb #1249cd7f
@@ -67,7 +67,7 @@ class SampleCB(Callback):
                             f"Hugging Face `tokenizers.Tokenizer` the text was tokenized with")
         if not _ids(tokenizer, prompt): raise ValueError(f"The prompt {prompt!r} encodes to no token: give SampleCB some text to continue")
         self.prompt, self.tokenizer, self.every, self.n = prompt, tokenizer, Every(every), max_new_tokens
-        if top_p is not None and not 0 < top_p <= 1: raise ValueError(f"top_p={top_p!r}: it is the probability mass kept, above 0 and at most 1 (e.g. 0.9)")
+        _check_top_p(top_p)  # at construction, not at the first sample
         self.temperature, self.top_k, self.seed, self.name, self.samples = temperature, top_k, seed, name, []
         self.top_p, self.eos_id = top_p, eos_id
 
