@@ -209,6 +209,10 @@ class GPT(nn.Module):
                              f"embeds positions 0 to {self.block_size-1}: positions restart at 0 at each packed document, so no document may be "
                              f"longer than block_size. Cut the documents, or make the model with a larger `block_size`")
 
+    def get_input_embeddings(self):
+        "The token embedding `tok_emb`, under transformers' name: what checks a tokenizer's vocabulary against a model read"
+        return self.tok_emb
+
     def _embed(self, ids, pos):
         "The token and position embeddings added; a clear error for ids or positions out of range, at no cost per batch"
         if ids.device.type != 'cpu' and not self._ids_checked and not torch.compiler.is_compiling():

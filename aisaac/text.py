@@ -6,10 +6,11 @@ Docs: https://aisaac-dev.github.io/aisaac/text.html.md"""
 
 # %% auto #0
 __all__ = ['TEXT_DIR', 'EOT', 'text_dir', 'read_fortunes', 'load_text_corpus', 'split_names', 'load_texts', 'train_tokenizer',
-           'TextTokenizer', 'as_tokenizer', 'pack_tokens', 'text_dataloaders', 'decode']
+           'TextTokenizer', 'as_tokenizer', 'pack_tokens', 'check_vocab', 'text_dataloaders', 'decode']
 
 # %% ../nbs/33_text.ipynb #1a0ab8c8
 import hashlib, json, os, re, warnings
+from functools import partial
 from pathlib import Path
 import numpy as np
 import torch
@@ -271,6 +272,24 @@ class _Split:
         (x,) = b
         return {'input_ids': x, 'labels': x} if self.hf else {'input_ids': x[:, :-1], 'labels': x[:, 1:]}
 
+def _embedding_rows(model):
+    "The rows of `model`'s input embedding (the ids it can embed), if it names one with `get_input_embeddings()`; else `None`"
+    get = getattr(model, 'get_input_embeddings', None)
+    try: emb = get() if callable(get) else None
+    except NotImplementedError: return None  # (a transformers model without one)
+    if isinstance(n := getattr(emb, 'num_embeddings', None), int): return n
+    w = getattr(emb, 'weight', None)
+    return w.shape[0] if isinstance(w, torch.Tensor) and w.ndim == 2 else None
+
+def check_vocab(model, # the model the batches go to (unwrapped): a transformers model, aisaac's `GPT`, anything with `get_input_embeddings()`
+                vocab_size:int): # the tokenizer's number of tokens (`TextTokenizer.vocab_size`)
+    "Refuse a model whose input embedding has fewer rows than the tokenizer has tokens, naming both sizes and the fix"
+    if (n := _embedding_rows(model)) is None or vocab_size <= n: return
+    raise ValueError(f"The tokenizer has {vocab_size} tokens, but the model's input embedding has {n} rows (ids 0 to {n - 1}): a batch holding "
+                     f"a larger id would fail in the embedding (torch's `IndexError: index out of range in self`). Give the model the "
+                     f"tokenizer's size: `model.resize_token_embeddings({vocab_size})` for a transformers model, `get_model_gpt({vocab_size}, ...)` "
+                     f"for aisaac's GPT; or use the tokenizer the model was trained with")
+
 def text_dataloaders(dsd:DatasetDict, # a training and a validation split with a text column, as `load_text_corpus` or `load_texts` give
                      tokenizer, # any tokenizer `as_tokenizer` takes (`train_tokenizer`'s, a `transformers` one...)
                      block_size:int=128, # the context length
@@ -282,12 +301,13 @@ def text_dataloaders(dsd:DatasetDict, # a training and a validation split with a
                      column:str='text', # the column holding the text
                      train_split:str='train', # the training split's name
                      valid_split:str=None): # the validation split's name; default the first of `valid`, `validation`, `test`
-    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch"
+    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch; `check_model` refuses a model too small for the tokenizer"
     tr, va = split_names(dsd, train_split, valid_split)
     tr, va = (pack_tokens(dsd[k], tokenizer, block_size, cache, column) for k in (tr, va))
     dls = DataLoaders(TensorLoader(tr, bs=bs, shuffle=True, seed=seed, device=device, tfm=_Split(hf_labels)),
                       TensorLoader(va, bs=bs, device=device, tfm=_Split(hf_labels)))
     dls.tokenizer, dls.block_size = tokenizer, block_size
+    dls.check_model = partial(check_vocab, vocab_size=as_tokenizer(tokenizer).vocab_size)  # called by `BasicTrainCB` when a pass starts
     return dls
 
 # %% ../nbs/33_text.ipynb #0c582c15

@@ -1,6 +1,6 @@
 """Supervised fine-tuning data (aisaac.sft): masked prompts through a chat template or the plain format, cutting, padding, packing
 that keeps documents apart (checked on `transformers` models), and the loaders' two label conventions."""
-import inspect, warnings
+import inspect, re, warnings
 import pytest, torch
 from aisaac.data import DataNotFoundError
 from aisaac.text import train_tokenizer, as_tokenizer, EOT
@@ -55,7 +55,7 @@ def test_too_long_examples_are_cut_dropped_or_refused_and_counted(tok):
     with pytest.warns(UserWarning, match='1 left out'): assert len(fit_examples(exs, 40, 'drop')) == 3
     with pytest.raises(ValueError, match=r'1 example\(s\) have more than 40 tokens \(the first, #3'): fit_examples(exs, 40, 'error')
     with pytest.warns(UserWarning, match='4 left out with no reply token left'): assert fit_examples(exs, 4) == []
-    with pytest.raises(ValueError, match='No example is left'), warnings.catch_warnings():
+    with pytest.raises(ValueError, match="No example of the 'train' split is left"), warnings.catch_warnings():
         warnings.simplefilter('ignore'); sft_dataloaders({'train': qa(WORDS), 'valid': qa(WORDS)}, tok, block_size=3)
 
 @pytest.mark.parametrize('hf', [False, True])
@@ -112,7 +112,7 @@ def _tiny(kind, V):
 def test_a_transformers_model_sees_each_packed_document_as_if_it_were_alone(tok, kind):
     dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, hf_labels=True)
     b = next(iter(dls.valid))
-    assert b['attention_mask'].shape == (4, 1, 64, 64) and b['attention_mask'].dtype == torch.bool
+    assert b['attention_mask'].shape == (4, 1, 64, 64) and b['attention_mask'].dtype == torch.float32  # additive: eager attention adds it
     m = _tiny(kind, as_tokenizer(tok).vocab_size)
     with torch.no_grad():
         out = m(**b)  # the 4-D mask, position_ids and labels as the loader gives them
@@ -131,8 +131,11 @@ def test_a_transformers_model_sees_each_packed_document_as_if_it_were_alone(tok,
 
 def test_packed_attention_mask_is_block_diagonal_and_causal():
     pos = torch.tensor([[0, 1, 2, 0, 1, 0]])
-    m = packed_attention_mask(pos)[0, 0].int()
+    m = packed_attention_mask(pos, torch.bool)[0, 0].int()
     assert m.tolist() == [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 1]]
+    for dt in (torch.float32, torch.bfloat16):  # additive: 0 where a query may attend, the type's most negative value elsewhere
+        f = packed_attention_mask(pos, dt)
+        assert f.dtype == dt and torch.equal(f[0, 0] == 0, m.bool()) and (f[0, 0][m == 0] == torch.finfo(dt).min).all()
 
 def test_the_loaders_take_any_split_names_and_state_the_fix(tok):
     from datasets import Dataset, DatasetDict
@@ -198,3 +201,134 @@ def test_tokenized_splits_are_taken_as_they_are(tok):
     for pack in (False, True):
         a, b = sft_dataloaders(data, tok, block_size=64, pack=pack), sft_dataloaders(done, tok, block_size=64, pack=pack)
         for x, y in zip(a.valid.tensors, b.valid.tensors): assert torch.equal(x, y)
+
+# ------------------------------------------------------------------------------------------------ issue 37: what clients found
+def _tiny_impl(kind, V, impl):
+    "A tiny transformers model with the attention implementation `impl` (one that cannot be built here is set on an sdpa one's config)"
+    m = _tiny(kind, V)
+    if impl != 'sdpa': m.config._attn_implementation = impl  # (what `from_pretrained(..., attn_implementation=impl)` sets)
+    return m
+
+def _fit(dls, model, loss_func=None, n=1):
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    t = Trainer(dls, loss_func, torch.optim.AdamW, model, callbacks=[BasicTrainCB()])
+    t.fit(n, lr=1e-3)
+    return t
+
+@pytest.mark.parametrize('impl', ['eager', 'sdpa'])
+@pytest.mark.parametrize('kind', ['gpt2', 'llama'])
+def test_packed_documents_are_kept_apart_by_every_attention_the_mask_serves(tok, kind, impl):
+    "eager attention adds the mask to the scores: a boolean one (True = 1) kept nothing apart (0.05 to 0.2 of a logit leaked)"
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, hf_labels=True)
+    b = next(iter(dls.valid))
+    m = _tiny_impl(kind, as_tokenizer(tok).vocab_size, impl)
+    with torch.no_grad():
+        out = m(**b).logits
+        for r in range(4):
+            for s, e in _docs(b['position_ids'][r]):
+                torch.testing.assert_close(out[r, s:e], m(input_ids=b['input_ids'][r:r+1, s:e]).logits[0], atol=2e-5, rtol=1e-4)
+
+@pytest.mark.parametrize('impl', ['flash_attention_2', 'flash_attention_3', 'kernels-community/flash-attn2', 'flex_attention', 'paged|sdpa'])
+@pytest.mark.parametrize('kind', ['gpt2', 'llama'])
+def test_an_attention_the_block_mask_cannot_serve_is_refused_with_what_to_use(tok, kind, impl):
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, hf_labels=True)
+    m = _tiny_impl(kind, as_tokenizer(tok).vocab_size, impl)
+    with pytest.raises(ValueError, match=rf"attention is '{impl}'.*attn_implementation='sdpa'"): dls.check_model(m)
+    padded = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, hf_labels=True)
+    padded.check_model(m)  # padded batches carry a (B, T) mask, which any attention takes
+    for ok in ('eager', 'sdpa'): dls.check_model(_tiny_impl(kind, as_tokenizer(tok).vocab_size, ok))  # served
+
+def test_the_refusal_comes_when_the_fit_starts_before_any_batch_runs(tok):
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, hf_labels=True)
+    m = _tiny_impl('llama', as_tokenizer(tok).vocab_size, 'flash_attention_2')
+    calls = []
+    m.register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match="attention is 'flash_attention_2'"): _fit(dls, m)
+    assert calls == []
+
+def test_block_mask_with_aisaacs_gpt_is_refused_with_the_reason(tok):
+    from aisaac.models import get_model_gpt, lm_loss
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, block_mask=True)
+    gpt = get_model_gpt(as_tokenizer(tok).vocab_size, n_layer=1, n_head=2, d_model=16, block_size=64)
+    with pytest.raises(ValueError, match=r"aisaac's GPT keeps packed documents apart from `position_ids`.*block_mask=False"): _fit(dls, gpt, lm_loss)
+    _fit(sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True), gpt, lm_loss)  # the default: fine
+
+@pytest.mark.parametrize('kind', ['gpt2', 'llama'])
+def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused_naming_both_sizes(tok, kind):
+    V = as_tokenizer(tok).vocab_size
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, hf_labels=True)
+    with pytest.raises(ValueError, match=rf"tokenizer has {V} tokens.*embedding has {V - 40} rows.*resize_token_embeddings\({V}\)"):
+        _fit(dls, _tiny(kind, V - 40))
+
+def test_the_vocabulary_check_runs_once_a_pass_not_once_a_batch(tok):
+    from aisaac.models import get_model_gpt, lm_loss
+    V = as_tokenizer(tok).vocab_size
+    dls = sft_dataloaders({'train': qa(WORDS * 2, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4)
+    gpt = get_model_gpt(V - 40, n_layer=1, n_head=2, d_model=16, block_size=64)
+    with pytest.raises(ValueError, match=rf"tokenizer has {V} tokens.*embedding has {V - 40} rows.*get_model_gpt\({V}"): _fit(dls, gpt, lm_loss)
+    gpt = get_model_gpt(V, n_layer=1, n_head=2, d_model=16, block_size=64)
+    calls, emb = [], gpt.get_input_embeddings
+    gpt.get_input_embeddings = lambda: calls.append(1) or emb()
+    t = _fit(dls, gpt, lm_loss, n=2)
+    assert len(dls.train) > 4 and len(calls) == 4  # 2 epochs, a training and a validation pass each
+
+def test_an_empty_split_is_named(tok):
+    with pytest.raises(ValueError, match=r"The 'valid' split is empty"): sft_dataloaders({'train': qa(WORDS), 'valid': []}, tok)
+
+@pytest.fixture
+def csv(tmp_path):
+    "A CSV file read by `datasets`, as a client would: numbers in a column become ints or floats, an empty cell None"
+    from datasets import load_dataset
+    def read(text):
+        (tmp_path/'qa.csv').write_text(text)
+        return load_dataset('csv', data_files=str(tmp_path/'qa.csv'), cache_dir=str(tmp_path/'cache'))['train']
+    return read
+
+def test_numbers_in_an_answer_column_are_their_text(tok, csv):
+    ints, floats = csv('prompt,response\nQ: 37+45=,82\nQ: 1+1=,2\n'), csv('prompt,response\nQ: 9/2=,4.5\nQ: 2+2=,4\n')
+    assert ints.features['response'].dtype == 'int64' and floats.features['response'].dtype == 'float64'
+    assert [trained_text(tok, ex) for ex in tokenize_chats(ints, tok)] == [f'82{EOT}', f'2{EOT}']
+    assert [trained_text(tok, ex) for ex in tokenize_chats(floats, tok)] == [f'4.5{EOT}', f'4{EOT}']  # the CSV's `4`, read as 4.0
+    dls = sft_dataloaders({'train': ints, 'valid': ints}, tok, block_size=32, bs=2)
+    assert len(dls.valid.tensors[0]) == 2
+
+def test_an_empty_answer_is_an_error_naming_the_row_and_the_column(tok, csv):
+    ds = csv('prompt,response\nQ: 37+45=,82\nQ: 1+1=,\nQ: 2+2=,4\n')
+    with pytest.raises(ValueError, match=r"Example 1 has no 'response' \(an empty cell\?\)"): tokenize_chats(ds, tok)
+    with pytest.raises(ValueError, match=r"Example 1 has no 'response'") as e: sft_dataloaders({'train': ds, 'valid': ds}, tok)
+    assert "in the 'train' split" in str(e.value.__notes__)
+    chat = [{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': None}]
+    with pytest.raises(ValueError, match=r"Example 0 has no 'messages'\[1\]\['content'\]"): tokenize_chats([{'messages': chat}], tok)
+
+def test_tokenized_rows_whose_ids_and_labels_differ_in_length_are_named(tok):
+    rows = [{'input_ids': [5, 6, 7, 8], 'labels': [-100, 6, 7, 8]}, {'input_ids': [5, 6, 7], 'labels': [-100, 6]}]
+    for f in (lambda: sft_dataloaders({'train': rows, 'valid': rows}, tok), lambda: pad_examples(rows, 0), lambda: pack_examples(rows, 8, 0)):
+        with pytest.raises(ValueError, match=r"Example 1 has 3 `input_ids` and 2 `labels`"): f()
+
+def test_a_row_left_out_because_every_label_is_masked_is_told_so(tok):
+    exs = tokenize_chats(qa(['cat', 'dog', 'tea']), tok)
+    exs[1] = {'input_ids': exs[1]['input_ids'], 'labels': [-100] * len(exs[1]['input_ids'])}
+    with pytest.warns(UserWarning) as w: kept = fit_examples(exs, 64)
+    assert len(kept) == 2 and len(w) == 1
+    msg = str(w[0].message)
+    assert 'have more than' not in msg and re.search(r"1 of 3 examples left out: every label is -100.*#1", msg), msg
+    exs.append({'input_ids': exs[0]['input_ids'] * 5, 'labels': exs[0]['labels'] * 5})  # and one too long, cut
+    with pytest.warns(UserWarning) as w: fit_examples(exs, 40)
+    msg = str(w[0].message)
+    assert re.search(r"1 of 4 examples have more than 40 tokens: cut.*; 1 of 4 examples left out: every label is -100", msg), msg
+
+@pytest.mark.parametrize('kind', ['gpt2', 'llama'])
+def test_packed_rows_without_the_block_mask_are_refused_while_the_model_makes_a_cache(tok, kind):
+    "`position_ids` alone keep documents apart only with `use_cache=False`: with the default cache, 0.08 (GPT-2) to 0.23 (Llama) of a logit leaked, silently"
+    dls = sft_dataloaders({'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}, tok, block_size=64, bs=4, pack=True, hf_labels=True, block_mask=False)
+    m = _tiny(kind, as_tokenizer(tok).vocab_size)
+    with pytest.raises(ValueError, match=r"only `position_ids`.*`block_mask=True`.*`model.config.use_cache = False`"): _fit(dls, m)
+    m.config.use_cache = False
+    dls.check_model(m)
+    b = next(iter(dls.valid))
+    with torch.no_grad():
+        out = m.eval()(**b).logits
+        for r in range(4):
+            for s, e in _docs(b['position_ids'][r]):
+                torch.testing.assert_close(out[r, s:e], m(input_ids=b['input_ids'][r:r+1, s:e]).logits[0], atol=2e-5, rtol=1e-4)

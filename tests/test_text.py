@@ -213,3 +213,18 @@ def test_train_tokenizer_refuses_no_text_and_says_when_it_cannot_reach_the_vocab
     with pytest.raises(ValueError, match='got no text'): train_tokenizer(['', '  '], vocab_size=300, cache=False)
     with pytest.warns(UserWarning, match=r'made 2\d\d tokens, not the 5000 asked'): t = train_tokenizer(['a small text, a small text'], vocab_size=5000, cache=False)
     assert t.get_vocab_size() < 300
+
+@pytest.mark.parametrize('hf', [False, True])
+def test_a_model_smaller_than_the_tokenizers_vocabulary_is_refused_before_its_first_batch(dsd, tok, hf):
+    "A transformers model too small for the tokenizer failed in its embedding with `IndexError: index out of range in self`"
+    dls = text_dataloaders(dsd, tok, block_size=32, bs=8, hf_labels=hf)
+    if hf:
+        transformers = pytest.importorskip('transformers')
+        model, loss = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=500, n_positions=33, n_embd=16, n_layer=1, n_head=2)), None
+    else: model, loss = get_model_gpt(500, n_layer=1, n_head=2, d_model=16, block_size=32), lm_loss
+    calls = []
+    model.register_forward_pre_hook(lambda *a: calls.append(1))
+    t = Trainer(dls, loss, torch.optim.AdamW, model, callbacks=[BasicTrainCB()])
+    with pytest.raises(ValueError, match=r"The tokenizer has 512 tokens, but the model's input embedding has 500 rows.*" +
+                       (r"resize_token_embeddings\(512\)" if hf else r"get_model_gpt\(512, \.\.\.\)")): t.fit(1)
+    assert calls == []  # before the model ran

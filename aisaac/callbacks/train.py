@@ -131,7 +131,8 @@ def _check_broadcast(preds, targets):
 
 @patch
 def _first_predict(self:BasicTrainCB, trainer):
-    "`predict` on the first batch of a pass: read its layout, then run the model, noting the batch on an error"
+    "`predict` on the first batch of a pass: let the data check the model, read the batch's layout, then run the model, noting the batch on an error"
+    if callable(check := getattr(getattr(trainer, 'dls', None), 'check_model', None)): check(unwrap_model(trainer.model))  # what the batches need of a model
     self._own = trainer.loss_func is None
     self._shift = self._own and shifts_labels(trainer.model)
     self._pair, self._forward, self._targets = _layout(self, trainer.batch)
