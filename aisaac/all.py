@@ -62,6 +62,7 @@ from .callbacks.augment import *
 from .callbacks.preds import *
 from .callbacks.loggers import *
 from .callbacks.trackers import *
+from .callbacks.interpret import *
 from .callbacks.results import *
 from .callbacks.hooks import *
 from .callbacks.summary import *
@@ -75,7 +76,7 @@ from .callbacks.sharding import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
 from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     core_callback,
@@ -129,6 +130,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     preds,
     loggers,
     trackers,
+    interpret,
     results,
     hooks,
     summary,

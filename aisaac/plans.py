@@ -13,19 +13,28 @@ from .overview import CallbackSummary
 
 # %% ../nbs/19_plans.ipynb #e703987d
 class Trace:
-    "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler)"
+    "What `trace` records: `events` (every dispatched event, in order) and `calls` (`(event, callback, seconds)` per handler); subclasses change `record` and `handler`"
+    outer = None  # the trace this one was opened in, if any: it wraps the handlers too
     def __init__(self): self.events, self.calls = [], []
 
     def wrap(self, owner, # the trainer (or other `CallbackMixin`) whose plan is made
              event:str, # the event's name
              handlers:list): # the event's `(callback, function, event)`, in order
-        "`handlers` timed, after one that records `event`"
-        def record(o, **kwargs): self.events.append(event)
+        "`handlers`, each as `handler` makes it, after one that calls `record(event)`; then as the `outer` trace wraps them"
+        def record(o, **kwargs): self.record(event)
         record.hidden = True  # the trace's own: no step handler
-        return [(None, record, event)] + [(cb, f if ev.startswith('around_') else self._timed(f, ev, owner.name_of(cb)), ev)
-                                          for cb, f, ev in handlers]
+        hs = [(None, record, event)] + [(cb, f if ev.startswith('around_') else self.handler(f, ev, owner.name_of(cb)), ev)
+                                        for cb, f, ev in handlers]
+        return hs if self.outer is None else self.outer.wrap(owner, event, hs)
 
-    def _timed(self, f, event, name):
+    def record(self, event:str): # the event's name
+        "Note that `event` is dispatched, in `events`"
+        self.events.append(event)
+
+    def handler(self, f, # the handler: called as `f(owner, **kwargs)`
+                event:str, # the event it handles
+                name:str): # its callback's name, as in `trainer.MetricsCB`
+        "`f` as the trace runs it: timed, into `calls`"
         @functools.wraps(f)  # the same signature: it is given the arguments `f` names
         def timed(o, **kwargs):
             start = time.perf_counter()
@@ -59,11 +68,12 @@ class Plans:
         return hs if self._tracer is None else self._tracer.wrap(self, event, hs)
 
     @contextlib.contextmanager
-    def trace(self):
-        "Record every event dispatched inside the `with` block, and each handler's time"
-        previous, self._tracer = self._tracer, Trace()
+    def trace(self, tracer:Trace=None): # what records: a new `Trace` by default, or a subclass's
+        "Record every event dispatched inside the `with` block, and each handler's time; inside another trace, both record"
+        tracer = Trace() if tracer is None else tracer
+        tracer.outer, self._tracer = self._tracer, tracer
         self.callbacks_changed()
-        try: yield self._tracer
+        try: yield tracer
         finally:
-            self._tracer = previous
+            self._tracer = tracer.outer
             self.callbacks_changed()

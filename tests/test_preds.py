@@ -68,3 +68,14 @@ def test_the_course_s_capture_preds_keeps_the_inputs():
     assert torch.equal(cp.all_inps, x) and torch.equal(cp.all_targs, y) and cp.all_preds.shape == (50, 3)
     assert cb.all_inps is None and torch.equal(cb.all_preds, cp.all_preds)
     assert CapturePreds(inps=False).inps is False
+
+def test_capture_preds_on_another_loader():
+    "`dl=`: the predictions on that loader (a test set, say); the validation loader is back afterwards, also after an error"
+    t, x, y = make()
+    valid = t.dls.valid
+    x2, y2 = torch.randn(20, 1, 4, 6), torch.randint(0, 3, (20,))
+    preds, targs = t.capture_preds(dl=TensorLoader(x2, y2, bs=8))
+    with torch.no_grad(): torch.testing.assert_close(preds, t.model(x2))
+    assert torch.equal(targs, y2) and t.dls.valid is valid
+    with pytest.raises(RuntimeError): t.capture_preds(dl=TensorLoader(torch.randn(4, 5), y2[:4], bs=2))  # the model takes 24 features
+    assert t.dls.valid is valid

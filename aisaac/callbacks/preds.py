@@ -8,9 +8,9 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/preds.html.md"""
 __all__ = ['CapturePredsCB', 'CapturePreds']
 
 # %% ../../nbs/callbacks/59_preds.ipynb #a8fcab48
+import contextlib
 from functools import partial
 import torch
-from fastcore.basics import patch
 from ..utils import to_cpu
 from ..core.callback import Callback
 from ..trainer import Trainer
@@ -45,19 +45,28 @@ class CapturePreds(CapturePredsCB):
 # %% ../../nbs/callbacks/59_preds.ipynb #dc42ef43
 def _as_list(o): return [] if o is None else list(o) if isinstance(o, (list, tuple)) else [o]
 
-@patch
-def capture_preds(self:Trainer, callbacks=None, # more callbacks for these passes
+@contextlib.contextmanager
+def _validating_on(dls, dl):
+    "Inside the block, `dls.valid` is `dl` (unless it is `None`)"
+    valid = dls.valid
+    if dl is not None: dls.valid = dl
+    try: yield
+    finally: dls.valid = valid
+
+def capture_preds(trainer:Trainer, # the trainer whose model predicts: `trainer.capture_preds(...)` calls this
+                  callbacks=None, # more callbacks for these passes
                   inps:bool=False, # also return the inputs
                   tta=None, # a transform of the inputs, or a list of them: the predictions are averaged over the plain inputs and each
-                  cbs=None): # miniai's name for `callbacks`; wins when given
-    "The predictions and targets (and inputs, if `inps`) of the validation set, averaged with test-time augmentation if `tta`"
-    with self.transaction():  # weights, optimizer, callbacks' states, history, random states: all put back
+                  cbs=None, # miniai's name for `callbacks`; wins when given
+                  dl=None): # the loader to predict on (a test set, say); default the validation loader
+    "The predictions and targets (and inputs, if `inps`) of the validation set or `dl`, averaged with test-time augmentation if `tta`"
+    with trainer.transaction(), _validating_on(trainer.dls, dl):  # weights, optimizer, callbacks' states, history, random states: all put back
         if cbs is not None: callbacks = cbs
         preds = []
         for tfm in [None, *_as_list(tta)]:
             cp = CapturePredsCB(inps=inps and tfm is None)
             aug = [] if tfm is None else [BatchTransformCB(partial(tfm_batch, tfm_x=tfm), on_train=False, on_valid=True)]
-            self.fit(1, train=False, callbacks=[cp, *aug, *_as_list(callbacks)])
+            trainer.fit(1, train=False, callbacks=[cp, *aug, *_as_list(callbacks)])
             if tfm is None: targs, xs = cp.all_targs, cp.all_inps
             elif not torch.equal(cp.all_targs, targs):
                 raise ValueError("capture_preds: the validation loader gave its items in another order for the augmented pass, so the predictions "
@@ -65,3 +74,5 @@ def capture_preds(self:Trainer, callbacks=None, # more callbacks for these passe
             preds.append(cp.all_preds)
         res = (preds[0] if len(preds) == 1 else torch.stack(preds).mean(0), targs)
         return res + (xs,) if inps else res
+
+Trainer.capture_preds = capture_preds  # `trainer.capture_preds()`, as the course's learner has it
