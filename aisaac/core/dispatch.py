@@ -87,11 +87,12 @@ class CallbackMixin:
     def add_callbacks(self, callbacks, # a callback, a group, or a list of them
                       tier:int=1): # among callbacks of equal `order`, lower tiers run first; core callbacks have 0
         "Add `callbacks`, and the members of the groups among them; returns the callbacks added"
-        added = []
+        added, taken = [], {e.name for e in self._entries.values()}  # the names taken, read once
         try:
             for cb in flatten(callbacks):
                 self.check_callback(cb)
-                name = self.free_name(type(cb).__name__)
+                name = self.free_name(type(cb).__name__, taken)
+                taken.add(name)
                 self._entries[id(cb)] = Entry(setting(cb, 'order'), 0 if setting(cb, 'core') else tier, next(self._seq), name, cb)
                 setattr(self, name, cb)  # `trainer.MetricsCB`
                 added.append(cb)
@@ -104,9 +105,11 @@ class CallbackMixin:
     def check_callback(self, cb): # a callback
         "Refuse `cb` before it is added: one added already (layers check more, such as the names of its hooks)"
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
-    def free_name(self, name:str): # a callback's class name
+    def free_name(self, name:str, # a callback's class name
+                  taken=None): # the names taken; `None`: those of the callbacks here
         "The name a callback of class `name` gets here: `name`, or `name_1`, `name_2`... when it is taken"
-        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in {e.name for e in self._entries.values()})
+        if taken is None: taken = {e.name for e in self._entries.values()}
+        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in taken)
     def remove_callbacks(self, callbacks): # a callback, a group, or a list of them
         "Remove `callbacks`, and the members of the groups among them"
         for cb in flatten(callbacks):
