@@ -2,7 +2,7 @@
 
 The rules and the walk are in scripts/doc_coverage.py, which also lists the problems and adds missing
 `show_doc` cells (`--fix`)."""
-import importlib.util, json
+import importlib.util, inspect, json, re
 from pathlib import Path
 
 import pytest
@@ -84,3 +84,28 @@ def test_aisaac_guide_names_onebatchcbs_rows_in_summarize_callbacks():
     assert len(events) > 1  # more than AIsaac's single `after_batch` row
     sec = _sections(ROOT/'nbs'/'guides'/'coming_from_aisaac.ipynb')['`summarize_callbacks` returns a table of its own']
     assert 'OneBatchCB' in sec and all(f'`{ev}`' in sec for ev in events), events
+
+# ---------------------------------------------------------------- what the site shows of the kernel
+
+def test_the_loop_in_events_docstring_is_drawn_as_a_block():
+    "`event`'s docstring, 'the one picture to keep in mind', is a code block in `show_doc` (else Markdown makes it one paragraph)"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.callback import event
+    md = BasicMarkdownRenderer(event)._repr_markdown_()
+    assert re.search(r'\n```\nTrainer\(\.\.\.\) +after_create\nfit\(n_epochs, lr\) +before_fit\n', md), md
+
+def _outputs(nb):
+    "The Markdown and text outputs of a saved notebook, joined"
+    cells = json.loads((ROOT/'nbs'/nb).read_text())['cells']
+    return '\n'.join(''.join(o.get('data', {}).get('text/markdown', o.get('data', {}).get('text/plain', o.get('text', ''))))
+                     for c in cells for o in c.get('outputs', []))
+
+def test_callbacks_settings_are_shown_as_a_table():
+    "The point of `Callback`: each setting, its default and its meaning, in a table made from the class (the comment beside each)"
+    from aisaac.core.callback import Callback
+    src, out = inspect.getsource(Callback), _outputs('core/00_callback.ipynb')
+    settings = [k for k, v in vars(Callback).items() if not k.startswith('_') and not callable(v)]
+    assert len(settings) == 11, settings
+    for k in settings:
+        comment = re.search(rf'\b{k} = .*?# (.+)$', src, re.M).group(1)
+        assert re.search(rf'^\| [^|]*`{k}`[^|]* \| `{re.escape(repr(getattr(Callback, k)))}` \| {re.escape(comment)} \|$', out, re.M), k
