@@ -109,3 +109,8 @@ def test_callbacks_settings_are_shown_as_a_table():
     for k in settings:
         comment = re.search(rf'\b{k} = .*?# (.+)$', src, re.M).group(1)
         assert re.search(rf'^\| [^|]*`{k}`[^|]* \| `{re.escape(repr(getattr(Callback, k)))}` \| {re.escape(comment)} \|$', out, re.M), k
+
+def test_every_entry_is_documented_once():
+    "One entry per object on the site: nbdev adds a `show_doc` for each definition of an exported cell (a `@patch`ed method even when a cell shows it already)"
+    dups = [f"{nb}: {name}" + (f" (also on {', '.join(others)})" if others else " (twice)") for nb, name, others in dc.duplicate_entries()]
+    assert not dups, f"{len(dups)} entries documented more than once:\n  " + '\n  '.join(dups)
