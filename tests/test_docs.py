@@ -114,3 +114,36 @@ def test_every_entry_is_documented_once():
     "One entry per object on the site: nbdev adds a `show_doc` for each definition of an exported cell (a `@patch`ed method even when a cell shows it already)"
     dups = [f"{nb}: {name}" + (f" (also on {', '.join(others)})" if others else " (twice)") for nb, name, others in dc.duplicate_entries()]
     assert not dups, f"{len(dups)} entries documented more than once:\n  " + '\n  '.join(dups)
+
+def test_links_inside_links_are_unnested():
+    "nbdev links a backticked name inside a link's text too; pandoc then shows the inner link as text: the docs keep the outer one"
+    md = "| [[`Plans`](plans.html#plans)](plans.html) | see [the [`Trainer`](t.html#trainer) and [`fit`](t.html#fit)](t.html) |"
+    assert docs_site.unnest_links(md) == "| [`Plans`](plans.html) | see [the `Trainer` and `fit`](t.html) |"
+    kept = "[![badge](b.svg)](x.html) and [a](b)\n```\n[[`x`](y)](z)\n```"
+    assert docs_site.unnest_links(kept) == kept  # images in links, and code, are left alone
+
+def test_a_link_left_as_text_is_reported(tmp_path, monkeypatch):
+    (tmp_path/'p.html').write_text('<p>[<code>Plans</code>](plans.html#plans) and <a href="x.html">x</a></p>'
+                                   '<pre>a[0](1)</pre><p>write <code>[text](url)</code></p>')
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    assert docs_site.check_raw_links() == ["p.html: a link shown as text, not rendered: '[Plans](plans.html#plans)'"]
+
+def test_a_class_is_shown_as_a_class_with_its_real_signature():
+    "fastcore's `show_doc` writes `def Callback(*args, **kwargs)` for a class without an `__init__`; the docs write what Python knows"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.callback import Callback
+    from aisaac.core.trainer import Trainer
+    md = docs_site.class_signature(BasicMarkdownRenderer(Callback)._repr_markdown_())
+    assert "```python\nclass Callback()\n```" in md, md
+    md = docs_site.class_signature(BasicMarkdownRenderer(Trainer)._repr_markdown_())
+    assert "```python\nclass Trainer(\n    dls, # an object with `train` and `valid` loaders" in md, md
+    fit = BasicMarkdownRenderer(Trainer.fit)._repr_markdown_()
+    assert docs_site.class_signature(fit) == fit  # a method stays as it is
+
+def test_a_kernel_cell_whose_code_is_not_on_its_page_is_reported(tmp_path, monkeypatch):
+    "The docs check reads each page of the kernel for the code of every exported cell of its notebook"
+    (tmp_path/'core').mkdir()
+    (tmp_path/'core'/'callback.html').write_text('<h3>event</h3><pre><code>class event()</code></pre>')
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    bad = docs_site.check_kernel_code({'core/00_callback.ipynb': {'output-file': 'callback.html'}})
+    assert len(bad) == 3 and bad[0].startswith('core/00_callback.ipynb: cell 4 is exported but its code is not on its page'), bad
