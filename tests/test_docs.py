@@ -147,3 +147,20 @@ def test_a_kernel_cell_whose_code_is_not_on_its_page_is_reported(tmp_path, monke
     monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
     bad = docs_site.check_kernel_code({'core/00_callback.ipynb': {'output-file': 'callback.html'}})
     assert len(bad) == 3 and bad[0].startswith('core/00_callback.ipynb: cell 4 is exported but its code is not on its page'), bad
+
+def test_the_reference_lists_every_event():
+    "The reference page's table of events is made from `Trainer.events`: every event has a row, and a new one cannot be left out"
+    from aisaac.trainer import Trainer
+    from aisaac.core.callback import event
+    nb = json.loads((ROOT/'nbs'/'guides'/'reference.ipynb').read_text())
+    shown = '\n'.join(''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'markdown') + '\n' + _outputs('guides/reference.ipynb')
+    rows = re.search(r'^\| event \|.*\n(?:\|.*\n?)*', shown, re.M).group(0).splitlines()[2:]
+    missing = [e for e in Trainer.events if not any(re.search(rf'`{e}`', r.split('|')[1]) for r in rows)]
+    assert not missing, f"{len(missing)} of the {len(Trainer.events)} events have no row on the reference page: {missing}"
+    kernel = [e for e in event.names if not any(f'**`{e}`**' in r.split('|')[1] for r in rows)]
+    assert not kernel, f"kernel events not marked: {kernel}"
+    ns, code = {}, [''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code']
+    exec(code[0], ns)  # the notebook's imports
+    exec(next(c for c in code if 'def _events_table' in c), ns)
+    with pytest.raises(ValueError, match=r"events without a row here: \['before_new_thing'\]"):
+        ns['_events_table'](Trainer.events + ('before_new_thing',))
