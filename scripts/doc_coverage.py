@@ -13,6 +13,9 @@ torcheval... are theirs to document), and every public method and property of th
 - Every export and public method needs an entry on the site: nbdev adds a `show_doc` after each exported
   `def`/`class` and each `@patch`ed method, but a method defined inside a class needs a cell
   `show_doc(Class.method)` (properties are shown with their class).
+- Every entry once: an object documented on two pages, or twice on one, is reported (`duplicate_entries`; the
+  docs check and `tests/test_docs.py` fail on it). nbdev adds a `show_doc` for a `@patch`ed method even when a
+  cell of the notebook shows it already: leave that one to nbdev.
 Each problem names the notebook that defines the name. `--fix` inserts the missing `show_doc` cells right
 after the exported cell that defines the class (and the `show_doc` import where the notebook lacks it);
 docstrings and docments need words, so those are left to you.
@@ -60,6 +63,46 @@ def site_entries():
                     name = _defined(node)
                     shown.add(name); where.setdefault(name, nb.relative_to(ROOT).as_posix())
     return shown, where
+
+def page_entries(nb):
+    "The names of the `show_doc` entries of notebook `nb`'s page, in order: its own cells' and those nbdev adds for the definitions of exported cells"
+    from nbdev.process import NBProcessor
+    from nbdev.processors import add_show_docs
+    proc = NBProcessor(nb, procs=[add_show_docs])
+    proc.process()
+    return [ast.unparse(n.args[0]) for c in proc.nb.cells if c.cell_type == 'code' and (t := _parse(c.source)) is not None
+            for n in ast.walk(t) if isinstance(n, ast.Call) and getattr(n.func, 'id', None) == 'show_doc' and n.args]
+
+def _resolver(nb):
+    "A function giving the object a `show_doc` name of notebook `nb` stands for: seen from aisaac's names and its module's, then from what its cells import"
+    ns, cells = {}, json.loads(nb.read_text())['cells']
+    exec('from aisaac.all import *', ns)
+    srcs = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
+    if m := next((re.search(r'^#\|\s*default_exp\s+(\S+)', s, re.M) for s in srcs if '#| default_exp' in s), None):
+        ns.update(vars(importlib.import_module(f'aisaac.{m.group(1)}')))
+    imports = [l for s in srcs for l in s.splitlines() if re.match(r'(from \S+ import|import) ', l)]
+    def resolve(name):
+        try: return eval(name, ns)
+        except NameError:
+            while imports:  # (importing what a notebook imports can take seconds: only when a name needs it)
+                try: exec(imports.pop(0), ns)
+                except Exception: pass
+            return eval(name, ns)
+    return resolve
+
+def duplicate_entries():
+    "[(notebook, name, [other notebooks])]: an object documented twice on one page (no others) or on several pages"
+    first, res = {}, []
+    for nb in notebooks():
+        resolve, where = None, nb.relative_to(ROOT).as_posix()
+        for name in page_entries(nb):
+            resolve = resolve or _resolver(nb)
+            try: o = resolve(name)
+            except Exception: key = (where, name)  # a name only the notebook knows: compared on its page only
+            else: key = id(inspect.unwrap(getattr(o, 'fget', None) or getattr(o, '__func__', o)))
+            if key not in first: first[key] = where
+            else: res.append((where, name, [] if first[key] == where else [first[key]]))
+    return res
 
 def _modules():
     import aisaac
@@ -121,7 +164,8 @@ def problems():
             und = undocumented_params(f, skip={'trainer'} if hook else ())
         if und: res.append((nb, qual, 'params', f'{qual} has undocumented parameters {und}: add a docment, e.g. `{und[0]}, # what it is`'))
         alias = getattr(o, '__name__', None) not in (None, qual.split('.')[-1])  # `get_model = get_model_conv`: shown as the original
-        if qual not in shown and not alias:
+        elsewhere = getattr(f, '__qualname__', qual) in shown  # a layer's method a class wraps (`Checkpoints.save_checkpoint`)
+        if qual not in shown and not alias and not elsewhere:
             res.append((nb, qual, 'entry', f'{qual} has no entry on the docs site: add a cell `show_doc({qual})`'))
     return res
 

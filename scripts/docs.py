@@ -7,9 +7,12 @@
     python scripts/docs.py shots PAGE...  # screenshots of rendered pages (headless Chromium) in out/shots/
 
 Processing is nbdev's (`refresh_quarto_yml` then `proc_nbs`, as `nbdev-proc-nbs` does, minus its attempt to
-install Quarto): `_proc/` gets each notebook with front matter and rendered `show_doc` cells. Rendering uses
+install Quarto): `_proc/` gets each notebook with front matter and rendered `show_doc` cells. Three things nbdev
+gets wrong are then put right in `_proc/`, for either renderer: a link nbdev puts inside a link's text
+(`[[`Plans`](plans.html#plans)](plans.html)`, which shows as text), a class's signature (`def Callback(*args,
+**kwargs)` becomes `class Callback()`), and the order of the `show_doc` cells nbdev adds (last first). Rendering uses
 Quarto (`nbdev-docs`) when `quarto` is on PATH; otherwise pandoc stands in: each processed notebook becomes
-Markdown (honouring the cells' `echo`/`output`/`include`/`eval` options, `text/markdown` and HTML outputs,
+Markdown (honouring the cells' `echo`/`output`/`include`/`eval`/`code-fold` options, `text/markdown` and HTML outputs,
 PNGs embedded), kept as `<page>.html.md` (what Quarto's `keep-md` keeps, and what each module's `Docs:` line
 points to), then HTML with a sidebar and a table of contents. Either way `_docs/` is the site.
 
@@ -17,13 +20,16 @@ The check fails on
 - a notebook nbdev cannot process, a page that does not render, a page without a title;
 - a link or `#anchor` between pages that leads nowhere (links to the site's own URL included),
   and a module whose `Docs:` line names a page that does not exist;
+- a Markdown link shown as text on a page (`[text](url)` outside code);
+- an entry documented twice, on one page or on two (`scripts/doc_coverage.py`);
+- a page of the kernel (`nbs/core/`) that does not show the code of each of its exported cells;
 - a tutorial or guide with no outputs, any notebook with a cell that should show something and shows
   nothing, and any notebook saved without outputs although one of its cells prints, plots or shows
   something (run `make docs NBS=nbs/<notebook>` to execute it and save its outputs);
 - an output the site cannot show (a Jupyter widget), or an error output;
 - a notebook that no group of SIDEBAR takes.
 """
-import argparse, ast, base64, html, json, os, re, shutil, subprocess, sys, time
+import argparse, ast, base64, functools, html, json, os, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -97,6 +103,59 @@ def process(force=False):
 
 def cells_of(path):
     return json.loads(Path(path).read_text())['cells']
+
+# What nbdev's processing gets wrong, put right in _proc/ before either renderer reads it (a processed page is not
+# processed again until its notebook changes, so Quarto's `nbdev-docs` keeps these fixes).
+
+_link = r'\[[^\[\]]*\]\([^()\s]*\)'
+_nested = re.compile(rf'\[((?:[^\[\]]|{_link})*?)(?<!!)\[([^\[\]]*)\]\([^()\s]*\)((?:[^\[\]]|{_link})*)\]\(')
+
+def unnest_links(md):
+    "`[[`Plans`](plans.html#plans)](plans.html)` as `[`Plans`](plans.html)`: nbdev links a backticked name inside a link's text too"
+    lines, fence = md.split('\n'), False
+    for i, l in enumerate(lines):
+        if l.lstrip().startswith('```'): fence = not fence
+        elif not fence:
+            while (new := _nested.sub(r'[\1\2\3](', l)) != l: l = new
+            lines[i] = l
+    return '\n'.join(lines)
+
+_sig = re.compile(r'\[source\]\(\S+?/blob/[^/]+/(?P<path>\S+?)\.py#L\w+\)[^\n]*\n\n#{2,4} (?P<name>\S+)\n\n```python\n'
+                  r'(?P<def>def )(?P<short>\w+)\((?P<params>.*?)\)(?P<end>:\n```)', re.S)
+
+def class_signature(md):
+    "A class's `show_doc` as `class Callback()`: fastcore writes every signature with `def`, and `*args, **kwargs` for a class without an `__init__` of its own"
+    import importlib, inspect
+    def fix(m):
+        try: obj = functools.reduce(getattr, m['name'].split('.'), importlib.import_module(m['path'].replace('/', '.')))
+        except (ImportError, AttributeError): return m.group(0)
+        if not inspect.isclass(obj): return m.group(0)
+        params = m['params']
+        if params.split() == ['*args,', '**kwargs']:  # `object.__init__`'s: the class's real signature, where Python knows it
+            try: params = str(inspect.signature(obj))[1:-1]
+            except ValueError: params = '*args' if issubclass(obj, BaseException) else params  # an exception takes no keywords
+        return m.group(0)[:m.start('def') - m.start()] + f"class {m['short']}({params})" + m['end'][1:]
+    return _sig.sub(fix, md)
+
+def fix_processed(nb):
+    "Fix the processed notebook `nb` (relative to _proc/): its links, its classes' signatures, and the order of the `show_doc` cells nbdev added"
+    path = PROC/nb
+    d = json.loads(path.read_text())
+    if d['metadata'].get('aisaac_docs_fixed'): return  # fixed when processed; nbdev writes the file afresh when it changes
+    d['metadata']['aisaac_docs_fixed'] = True
+    ours = {c.get('id') for c in cells_of(NBS/nb)} if (NBS/nb).exists() else set()
+    added = lambda c: c['cell_type'] == 'code' and c.get('id') not in ours and 'show_doc(' in _text(c['source'])
+    cells, i = d['cells'], 0
+    while i < len(cells):  # nbdev inserts the entries of a cell's definitions last first: put them back in their order
+        j = i
+        while j < len(cells) and added(cells[j]): j += 1
+        cells[i:j], i = cells[i:j][::-1], max(j, i + 1)
+    for c in cells:
+        if c['cell_type'] == 'markdown': c['source'] = unnest_links(_text(c['source']))
+        for o in c.get('outputs', []):
+            if 'text/markdown' in o.get('data', {}):
+                o['data']['text/markdown'] = class_signature(unnest_links(_text(o['data']['text/markdown'])))
+    path.write_text(json.dumps(d, indent=1, ensure_ascii=False))
 
 def front_matter(cells):
     "The YAML front matter nbdev puts in the first (raw) cell of a processed notebook"
@@ -227,7 +286,12 @@ def notebook_md(nb, pages, site_url):
         if c['cell_type'] != 'code': continue
         opts, code = directives(src)
         if opts.get('include') == 'false': continue
-        if opts.get('echo') != 'false' and code.strip(): parts.append(f"```python\n{code}\n```")
+        if opts.get('echo') != 'false' and code.strip():
+            block = f"```python\n{code}\n```"
+            if 'code-fold' in opts:  # an `#| exports` cell: Quarto shows its code in a details element, open for 'show'
+                summary = html.escape(opts.get('code-summary', 'Code').strip('"'))
+                block = f"<details{' open' if opts['code-fold'] == 'show' else ''}>\n<summary>{summary}</summary>\n\n{block}\n\n</details>"
+            parts.append(block)
         if opts.get('output') == 'false' or opts.get('eval') == 'false': continue
         for o in merge_streams(c.get('outputs', [])):
             md, problem = output_md(o, asis=opts.get('output') == 'asis')
@@ -338,6 +402,30 @@ def check_links(site_url):
                 bad.append(f"{page}: dead anchor {link!r} (no id {unquote(frag)!r} in {path}){hint}")
     return bad
 
+_unshown = re.compile(r'<(pre|script|style)\b.*?</\1>|<code\b[^>]*>[^<]*\]\([^<]*</code>', re.S)  # code, and code about links
+_tag, _raw_link = re.compile(r'<[^>]+>'), re.compile(r'(?<!!)\[[^\[\]\n]{1,200}\]\([^()\s]+\)')
+
+def page_text(path, keep_code=False):
+    "The text a reader sees on the HTML page `path` (without its code blocks unless `keep_code`)"
+    h = path.read_text(errors='replace')
+    return html.unescape(_tag.sub('', h if keep_code else _unshown.sub('', h)))
+
+def check_raw_links():
+    "Markdown links the renderer left as text (`[Plans](plans.html)`), outside code: nbdev or a table did not convert them"
+    return [f"{p.relative_to(DOCS).as_posix()}: a link shown as text, not rendered: {m.group(0)!r}"
+            for p in sorted(DOCS.rglob('*.html')) if 'site_libs' not in p.parts for m in _raw_link.finditer(page_text(p))]
+
+def check_kernel_code(pages):
+    "The kernel's pages show its code: every line of every exported cell of `nbs/core/` is on the notebook's page"
+    bad = []
+    for nb in (n for n in sorted(pages) if n.startswith('core/')):
+        text = page_text(DOCS/page_of(nb, pages[nb]), keep_code=True)
+        for i, c in enumerate(cells_of(NBS/nb)):
+            if c['cell_type'] != 'code' or not re.match(r'#\|\s*exports?\b', src := _text(c['source'])): continue
+            if missing := [l.strip() for l in directives(src)[1].splitlines() if l.strip() and l.strip() not in text]:
+                bad.append(f"{nb}: cell {i} is exported but its code is not on its page (`{missing[0][:60]}`): make it `#| exports`")
+    return bad
+
 def check_docs_lines(site_url):
     "Each module's `Docs:` line must name a page of the site"
     bad = []
@@ -376,6 +464,13 @@ def check_saved_outputs(nb):
                     f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
     return []
 
+def doc_coverage():
+    "scripts/doc_coverage.py, as a module"
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('doc_coverage', SITE.parent/'doc_coverage.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
 def build(strict=True):
     "Process, render and check; return the problems as lines"
     from nbdev.config import get_config
@@ -384,6 +479,8 @@ def build(strict=True):
                 for nb in write_sidebar()]
     try: process()
     except Exception as e: return problems + [f"nbdev could not process the notebooks: {type(e).__name__}: {e}"]
+    for nb in notebooks():
+        if (PROC/nb).exists(): fix_processed(nb)
     cfg = get_config()
     site_url = f"{cfg.doc_host}{cfg.doc_baseurl}" if cfg.get('doc_host') else ''
     pages = {}
@@ -410,7 +507,9 @@ def build(strict=True):
     for nb in pages:
         page = DOCS/page_of(nb, pages[nb])
         if not page.is_file(): problems.append(f"{nb}: its page {page.relative_to(ROOT)} was not rendered")
-    problems += check_links(site_url) + check_docs_lines(site_url)
+    problems += check_links(site_url) + check_docs_lines(site_url) + check_raw_links() + check_kernel_code(pages)
+    problems += [f"{nb}: {name} is documented here and in {', '.join(others)}" if others else f"{nb}: {name} is documented twice"
+                 for nb, name, others in doc_coverage().duplicate_entries()]
     for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb)]
     print(f">>> docs: {len(pages)} pages processed by nbdev in {t1 - t0:.1f} s, rendered by {renderer} "
           f"and checked in {time.time() - t1:.1f} s: {DOCS.relative_to(ROOT)}/index.html")
@@ -444,12 +543,13 @@ if __name__ == '__main__':
     ap.add_argument('command', choices=['check', 'render', 'sidebar', 'shots'])
     ap.add_argument('pages', nargs='*', help='for `shots`: pages relative to _docs/, e.g. tutorials/callbacks.html')
     ap.add_argument('--height', type=int, default=1600, help='for `shots`: the window height in pixels')
+    ap.add_argument('--width', type=int, default=1280, help='for `shots`: the window width in pixels')
     args = ap.parse_args()
     if args.command == 'sidebar':
         lost = write_sidebar()
         print(f"wrote {NBS/'sidebar.yml'}")
         if lost: sys.exit("!!! no group of SIDEBAR takes: " + ', '.join(lost))
-    elif args.command == 'shots': shots(args.pages or ['index.html'], height=args.height)
+    elif args.command == 'shots': shots(args.pages or ['index.html'], width=args.width, height=args.height)
     else:
         problems = build()
         if problems:

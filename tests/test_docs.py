@@ -2,7 +2,7 @@
 
 The rules and the walk are in scripts/doc_coverage.py, which also lists the problems and adds missing
 `show_doc` cells (`--fix`)."""
-import importlib.util, json
+import importlib.util, inspect, json, re
 from pathlib import Path
 
 import pytest
@@ -84,3 +84,83 @@ def test_aisaac_guide_names_onebatchcbs_rows_in_summarize_callbacks():
     assert len(events) > 1  # more than AIsaac's single `after_batch` row
     sec = _sections(ROOT/'nbs'/'guides'/'coming_from_aisaac.ipynb')['`summarize_callbacks` returns a table of its own']
     assert 'OneBatchCB' in sec and all(f'`{ev}`' in sec for ev in events), events
+
+# ---------------------------------------------------------------- what the site shows of the kernel
+
+def test_the_loop_in_events_docstring_is_drawn_as_a_block():
+    "`event`'s docstring, 'the one picture to keep in mind', is a code block in `show_doc` (else Markdown makes it one paragraph)"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.callback import event
+    md = BasicMarkdownRenderer(event)._repr_markdown_()
+    assert re.search(r'\n```\nTrainer\(\.\.\.\) +after_create\nfit\(n_epochs, lr\) +before_fit\n', md), md
+
+def _outputs(nb):
+    "The Markdown and text outputs of a saved notebook, joined"
+    cells = json.loads((ROOT/'nbs'/nb).read_text())['cells']
+    return '\n'.join(''.join(o.get('data', {}).get('text/markdown', o.get('data', {}).get('text/plain', o.get('text', ''))))
+                     for c in cells for o in c.get('outputs', []))
+
+def test_callbacks_settings_are_shown_as_a_table():
+    "The point of `Callback`: each setting, its default and its meaning, in a table made from the class (the comment beside each)"
+    from aisaac.core.callback import Callback
+    src, out = inspect.getsource(Callback), _outputs('core/00_callback.ipynb')
+    settings = [k for k, v in vars(Callback).items() if not k.startswith('_') and not callable(v)]
+    assert len(settings) == 11, settings
+    for k in settings:
+        comment = re.search(rf'\b{k} = .*?# (.+)$', src, re.M).group(1)
+        assert re.search(rf'^\| [^|]*`{k}`[^|]* \| `{re.escape(repr(getattr(Callback, k)))}` \| {re.escape(comment)} \|$', out, re.M), k
+
+def test_every_entry_is_documented_once():
+    "One entry per object on the site: nbdev adds a `show_doc` for each definition of an exported cell (a `@patch`ed method even when a cell shows it already)"
+    dups = [f"{nb}: {name}" + (f" (also on {', '.join(others)})" if others else " (twice)") for nb, name, others in dc.duplicate_entries()]
+    assert not dups, f"{len(dups)} entries documented more than once:\n  " + '\n  '.join(dups)
+
+def test_links_inside_links_are_unnested():
+    "nbdev links a backticked name inside a link's text too; pandoc then shows the inner link as text: the docs keep the outer one"
+    md = "| [[`Plans`](plans.html#plans)](plans.html) | see [the [`Trainer`](t.html#trainer) and [`fit`](t.html#fit)](t.html) |"
+    assert docs_site.unnest_links(md) == "| [`Plans`](plans.html) | see [the `Trainer` and `fit`](t.html) |"
+    kept = "[![badge](b.svg)](x.html) and [a](b)\n```\n[[`x`](y)](z)\n```"
+    assert docs_site.unnest_links(kept) == kept  # images in links, and code, are left alone
+
+def test_a_link_left_as_text_is_reported(tmp_path, monkeypatch):
+    (tmp_path/'p.html').write_text('<p>[<code>Plans</code>](plans.html#plans) and <a href="x.html">x</a></p>'
+                                   '<pre>a[0](1)</pre><p>write <code>[text](url)</code></p>')
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    assert docs_site.check_raw_links() == ["p.html: a link shown as text, not rendered: '[Plans](plans.html#plans)'"]
+
+def test_a_class_is_shown_as_a_class_with_its_real_signature():
+    "fastcore's `show_doc` writes `def Callback(*args, **kwargs)` for a class without an `__init__`; the docs write what Python knows"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.callback import Callback
+    from aisaac.core.trainer import Trainer
+    md = docs_site.class_signature(BasicMarkdownRenderer(Callback)._repr_markdown_())
+    assert "```python\nclass Callback()\n```" in md, md
+    md = docs_site.class_signature(BasicMarkdownRenderer(Trainer)._repr_markdown_())
+    assert "```python\nclass Trainer(\n    dls, # an object with `train` and `valid` loaders" in md, md
+    fit = BasicMarkdownRenderer(Trainer.fit)._repr_markdown_()
+    assert docs_site.class_signature(fit) == fit  # a method stays as it is
+
+def test_a_kernel_cell_whose_code_is_not_on_its_page_is_reported(tmp_path, monkeypatch):
+    "The docs check reads each page of the kernel for the code of every exported cell of its notebook"
+    (tmp_path/'core').mkdir()
+    (tmp_path/'core'/'callback.html').write_text('<h3>event</h3><pre><code>class event()</code></pre>')
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    bad = docs_site.check_kernel_code({'core/00_callback.ipynb': {'output-file': 'callback.html'}})
+    assert len(bad) == 3 and bad[0].startswith('core/00_callback.ipynb: cell 4 is exported but its code is not on its page'), bad
+
+def test_the_reference_lists_every_event():
+    "The reference page's table of events is made from `Trainer.events`: every event has a row, and a new one cannot be left out"
+    from aisaac.trainer import Trainer
+    from aisaac.core.callback import event
+    nb = json.loads((ROOT/'nbs'/'guides'/'reference.ipynb').read_text())
+    shown = '\n'.join(''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'markdown') + '\n' + _outputs('guides/reference.ipynb')
+    rows = re.search(r'^\| event \|.*\n(?:\|.*\n?)*', shown, re.M).group(0).splitlines()[2:]
+    missing = [e for e in Trainer.events if not any(re.search(rf'`{e}`', r.split('|')[1]) for r in rows)]
+    assert not missing, f"{len(missing)} of the {len(Trainer.events)} events have no row on the reference page: {missing}"
+    kernel = [e for e in event.names if not any(f'**`{e}`**' in r.split('|')[1] for r in rows)]
+    assert not kernel, f"kernel events not marked: {kernel}"
+    ns, code = {}, [''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code']
+    exec(code[0], ns)  # the notebook's imports
+    exec(next(c for c in code if 'def _events_table' in c), ns)
+    with pytest.raises(ValueError, match=r"events without a row here: \['before_new_thing'\]"):
+        ns['_events_table'](Trainer.events + ('before_new_thing',))

@@ -1,4 +1,4 @@
-"""`with_cbs`, which makes a method a phase that callbacks surround, and `CallbackMixin`, which gives a class callbacks: added, grouped, ordered and run.
+"""`with_cbs` makes a method a phase that callbacks surround; `CallbackMixin` gives a class callbacks, ordered and run
 
 Docs: https://aisaac-dev.github.io/aisaac/core/dispatch.html.md"""
 
@@ -12,13 +12,14 @@ import collections, collections.abc, functools, inspect, itertools
 from .callback import Callback, CancelException, setting
 
 class with_cbs:
-    "Make a method the phase `nm`: `before_{nm}`, the method, `after_{nm}`, then `cleanup_{nm}` however it ended; `exception` ends it early"
+    "Make a method the phase `nm`: `before_{nm}`, the method, `after_{nm}`, always `cleanup_{nm}`; `exception` ends it"
     def __init__(self, nm:str, # the phase's name
                  exception:type=None): # the `Cancel...Exception` that ends the phase early, without an error
-        self.nm, self.exception, self.before, self.after, self.cleanup = nm, exception or _NoCancel, f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
+        self.nm, self.exception = nm, exception or _NoCancel
+        self.before, self.after, self.cleanup = f'before_{nm}', f'after_{nm}', f'cleanup_{nm}'
     def __call__(self, f):
         def phase(o, *args, **kwargs):
-            if not _watched(o, self): return _alone(o, f, args, kwargs, self.exception)  # no callback watches it: most batches
+            if not _watched(o, self): return _alone(o, f, args, kwargs, self.exception)  # most batches
             try:
                 o.run_callbacks(self.before)
                 res = f(o, *args, **kwargs)
@@ -34,26 +35,30 @@ class with_cbs:
 
 class _NoCancel(Exception): "Stands for 'no cancel exception': a phase without one"
 def _alone(o, f, args, kwargs, cancel):
-    "A phase no callback watches: its method alone, its cancel still ending it (this runs for most batches: a measured hot spot)"
+    "A phase no callback watches: its method alone, its cancel still ending it (most batches: a measured hot spot)"
     try: return f(o, *args, **kwargs)
     except cancel: return None
 
 def _outcome(e:BaseException): # what ended a phase
-    "How `e` ended a phase: 'cancelled' (or the cancel's own outcome, as 'preempted'), 'interrupted' (Ctrl-C) or 'error'"
-    return getattr(e, 'outcome', 'cancelled') if isinstance(e, CancelException) else 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
+    "How `e` ended a phase: 'cancelled' (or the cancel's `outcome`, as 'preempted'), 'interrupted' (Ctrl-C) or 'error'"
+    if isinstance(e, CancelException): return getattr(e, 'outcome', 'cancelled')
+    return 'interrupted' if isinstance(e, KeyboardInterrupt) else 'error'
 
 def _watched(o, phase):
-    "Whether `o` fires the events of `phase`: a `CallbackMixin` (it has `plans`) when a callback handles one, any object with `run_callbacks`"
+    "Whether `o` fires `phase`'s events: a `CallbackMixin` if a callback handles one (kept in `plans`), others always"
     if (plans := getattr(o, 'plans', None)) is not None:
-        return plans[phase] if phase in plans else plans.setdefault(phase, bool(o.dispatch((phase.before, phase.after, phase.cleanup))))
+        if phase not in plans: plans[phase] = bool(o.dispatch((phase.before, phase.after, phase.cleanup)))
+        return plans[phase]
     if callable(getattr(o, 'run_callbacks', None)): return True
-    raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} has none: subclass `CallbackMixin`")
+    raise TypeError(f"`with_cbs` needs an object with a `run_callbacks(event)` method, and {type(o).__name__} "
+                    "has none: subclass `CallbackMixin`")
 
 # %% ../../nbs/core/01_dispatch.ipynb #d4010839
 def listify(cbs): # a callback, a group, a list or another iterable of them, or `None`
     "The callbacks in `cbs`: none for `None`, the items of a list or another iterable, else `cbs` itself"
     if cbs is None: return []
-    return list(cbs) if isinstance(cbs, collections.abc.Iterable) and not isinstance(cbs, (str, bytes, Callback)) else [cbs]
+    one = isinstance(cbs, (str, bytes, Callback)) or not isinstance(cbs, collections.abc.Iterable)
+    return [cbs] if one else list(cbs)
 
 def flatten(cbs): # a callback, a group, or a list of them
     "The callbacks in `cbs` and, depth first, the members of the groups among them (their `callbacks`)"
@@ -65,7 +70,7 @@ def flatten(cbs): # a callback, a group, or a list of them
 
 def handler(cb, # a callback
             event:str): # an event's name
-    "The function of `cb` that handles `event`: its method of that name, or its catch-all `run_event`; `None` if neither"
+    "The function of `cb` that handles `event`: its method of that name, or its catch-all `run_event`; else `None`"
     if callable(catch_all := getattr(cb, 'run_event', None)): return functools.partial(catch_all, event)
     return f if callable(f := getattr(cb, event, None)) else None
 
@@ -74,10 +79,10 @@ def _arg_names(f):
     ps = list(inspect.signature(f).parameters.values())[1:]
     return None if any(p.kind is p.VAR_KEYWORD for p in ps) else frozenset(p.name for p in ps)
 
-Entry = collections.namedtuple('Entry', 'order tier seq name cb')  # a callback's place: `order`, then tier (0 core, 1 added), then as added
+Entry = collections.namedtuple('Entry', 'order tier seq name cb')  # a callback's place: by `order`, tier (0: core), seq
 
 class CallbackMixin:
-    "Gives a class callbacks: `add_callbacks` and `remove_callbacks`, and `run_callbacks`, which runs an event's handlers in order"
+    "Gives a class callbacks: `add_callbacks`, `remove_callbacks`, and `run_callbacks`, which runs an event's handlers"
     def __new__(cls, *args, **kwargs):  # a subclass may add callbacks before `super().__init__()`, or never call it
         self = super().__new__(cls)
         self._entries, self._seq, self.off = {}, itertools.count(), set()
@@ -87,12 +92,14 @@ class CallbackMixin:
     def add_callbacks(self, callbacks, # a callback, a group, or a list of them
                       tier:int=1): # among callbacks of equal `order`, lower tiers run first; core callbacks have 0
         "Add `callbacks`, and the members of the groups among them; returns the callbacks added"
-        added = []
+        added, taken = [], {e.name for e in self._entries.values()}  # the names taken, read once
         try:
             for cb in flatten(callbacks):
                 self.check_callback(cb)
-                name = self.free_name(type(cb).__name__)
-                self._entries[id(cb)] = Entry(setting(cb, 'order'), 0 if setting(cb, 'core') else tier, next(self._seq), name, cb)
+                name = self.free_name(type(cb).__name__, taken)
+                taken.add(name)
+                self._entries[id(cb)] = Entry(setting(cb, 'order'), 0 if setting(cb, 'core') else tier,
+                                              next(self._seq), name, cb)
                 setattr(self, name, cb)  # `trainer.MetricsCB`
                 added.append(cb)
             self.callbacks_changed()
@@ -104,9 +111,11 @@ class CallbackMixin:
     def check_callback(self, cb): # a callback
         "Refuse `cb` before it is added: one added already (layers check more, such as the names of its hooks)"
         if id(cb) in self._entries: raise ValueError(f"{cb!r} was added already: create a new instance to add it twice")
-    def free_name(self, name:str): # a callback's class name
+    def free_name(self, name:str, # a callback's class name
+                  taken=None): # the names taken; `None`: those of the callbacks here
         "The name a callback of class `name` gets here: `name`, or `name_1`, `name_2`... when it is taken"
-        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in {e.name for e in self._entries.values()})
+        if taken is None: taken = {e.name for e in self._entries.values()}
+        return next(n for i in itertools.count() if (n := f'{name}_{i}' if i else name) not in taken)
     def remove_callbacks(self, callbacks): # a callback, a group, or a list of them
         "Remove `callbacks`, and the members of the groups among them"
         for cb in flatten(callbacks):
@@ -116,10 +125,12 @@ class CallbackMixin:
     def entry(self, cb): # a callback
         "`cb`'s `Entry` here, or `None`"; return self._entries.get(id(cb))
     def name_of(self, cb): # a callback, or `None` for the class's own handlers
-        "`cb`'s name here, as in `trainer.MetricsCB_1`"; return e.name if (e := self.entry(cb)) else type(self if cb is None else cb).__name__
-    def entries(self): "The `Entry` of every callback that runs here (layers add the global callbacks)"; return list(self._entries.values())
+        "`cb`'s name here, as in `trainer.MetricsCB_1`"
+        return e.name if (e := self.entry(cb)) else type(self if cb is None else cb).__name__
+    def entries(self):
+        "The `Entry` of each callback that runs here (layers add global callbacks)"; return list(self._entries.values())
     def callbacks_changed(self):
-        "Sort the callbacks (`order`, tier, as added) and forget the plans; layers add declared relations, and keep plans"
+        "Sort the callbacks (`order`, tier, as added) and forget the plans (layers add declared relations, keep plans)"
         self.cbs, self.plans = [e.cb for e in sorted(self.entries(), key=lambda e: e[:3])], {}
 
     def switch_off(self, cbs): # callbacks
@@ -128,7 +139,7 @@ class CallbackMixin:
     def switch_on(self): "Let every callback run again"; self.off.clear(); self.callbacks_changed()
 
     def handlers(self, event:str): # an event's name
-        "`(callback, function, event)` of each handler of `event`, in run order (layers add others, such as the class's own)"
+        "`(callback, function, event)` of each handler of `event`, in run order (layers add others: the class's own)"
         return [(cb, f, event) for cb in self.cbs if id(cb) not in self.off and (f := handler(cb, event)) is not None]
 
     def dispatch(self, events): # an event's name, or a tuple of names run in turn
@@ -141,24 +152,25 @@ class CallbackMixin:
 
     def run_callbacks(self, events, # an event's name, or a list of names run in turn
                       **kwargs): # for the handlers that name them
-        "Run the handlers of `events` in order, each with the `kwargs` it names; after a failure, `cleanup_` and `on_exception` run the rest"
+        "Run the handlers of `events` in order, each with the `kwargs` it names; after a failure, only cleanups go on"
         try: plan = self.plans[events]  # (looked up for every event of every batch)
         except (KeyError, TypeError): plan = self.dispatch(events)
         if not plan: return
         failed, off = None, self.off
         for cb, f, names, event in plan:
             if off and id(cb) in off: continue  # switched off while this event runs (by an `around_` hook)
-            try: f(self, **(kwargs if names is None else {k: v for k, v in kwargs.items() if k in names})) if kwargs else f(self)
-            except Exception as e:  # the one place a handler's failure is decided: it goes on up, unless a layer handles it
+            kw = kwargs and (kwargs if names is None else {k: v for k, v in kwargs.items() if k in names})
+            try: f(self, **kw) if kw else f(self)
+            except Exception as e:  # the one place a handler's failure is decided: up, unless a layer handles it
                 if not self.must_raise(e, cb, event): continue
                 if not (event.startswith('cleanup_') or event == 'on_exception'): raise
-                if failed is None or isinstance(failed, CancelException): failed = e  # the first error, else the first cancel
+                if failed is None or isinstance(failed, CancelException): failed = e  # the first error, else cancel
         if failed is not None: raise failed
 
     def must_raise(self, e:Exception, # what a handler raised
                    cb, # the handler's callback (`None`: the class's own handler)
                    event:str): # the event it handled
-        "Whether `e` goes on up: always, here (layers apply the callback's `on_error`, note where it was raised, agree across processes)"
+        "Whether `e` goes on up: always, here (layers apply `on_error`, say where it came from, agree across processes)"
         return True
 
     def has_handlers(self, event:str): # an event's name

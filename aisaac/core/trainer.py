@@ -10,13 +10,15 @@ __all__ = ['Trainer']
 # %% ../../nbs/core/02_trainer.ipynb #10581807
 import itertools
 import torch
-from .callback import event, CancelFitException, CancelEpochException, CancelBatchException, CancelBackwardException, CancelStepException
+from .callback import (event, CancelFitException, CancelEpochException, CancelBatchException,
+                                  CancelBackwardException, CancelStepException)
 from .dispatch import CallbackMixin, with_cbs
 
 # %% ../../nbs/core/02_trainer.ipynb #6f93c7cf
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward, _step = ('before_backward', 'backward', 'after_backward'), ('before_step', 'step')
-_after_step, _END = ('after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad'), object()  # (`_END`: the loader's end)
+_after_step = ('after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad')
+_END = object()  # the loader's end
 
 class Trainer(CallbackMixin):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`: every step of a batch is a callback"
@@ -56,13 +58,16 @@ class Trainer(CallbackMixin):
         finally: self.end_fit()
 
     def check_fit(self, **args): # `fit`'s arguments, by name
-        "Refuse a fit that cannot work, before anything changes: here, arguments no layer took (layers check theirs first)"
-        if extra := set(args) - {'n_epochs', 'lr', 'train', 'valid'}: raise TypeError(f"fit() got {sorted(extra)}, which no layer takes")
+        "Refuse a fit that cannot work, before anything changes: here, arguments no layer took (layers check theirs)"
+        if extra := set(args) - {'n_epochs', 'lr', 'train', 'valid'}:
+            raise TypeError(f"fit() got {sorted(extra)}, which no layer takes")
 
     def start_fit(self, **args): # `fit`'s `n_epochs`, `lr`, `train` and `valid` (layers take their options before)
-        "Set a fit up, its callbacks added: its epochs, learning rate and a new optimizer (layers add callbacks and state)"
-        self.n_epochs, self.lr, self.do_train, self.do_valid = args['n_epochs'], args['lr'], args['train'], args['valid']
-        self.epochs, self.opt, self.stop_reason = range(self.n_epochs), self.opt_func(self.model.parameters(), lr=self.lr), None
+        "Set a fit up, its callbacks added: its epochs, learning rate and a new optimizer (layers add callbacks, state)"
+        self.n_epochs, self.lr = args['n_epochs'], args['lr']
+        self.do_train, self.do_valid = args['train'], args['valid']
+        self.epochs, self.stop_reason = range(self.n_epochs), None
+        self.opt = self.opt_func(self.model.parameters(), lr=self.lr)
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
     def fit_error(self, e:BaseException): # what ended the fit
         "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
@@ -113,6 +118,7 @@ class Trainer(CallbackMixin):
         except CancelBackwardException: pass
         try: self.run_callbacks(_step)
         except CancelStepException as e:  # no step: the gradients stay, and `step_skipped` says why
-            return self.run_callbacks('step_skipped', reason=str(e) or f"cancelled by {getattr(e, 'raised_in', 'a callback')}")
+            reason = str(e) or f"cancelled by {getattr(e, 'raised_in', 'a callback')}"
+            return self.run_callbacks('step_skipped', reason=reason)
         try: self.run_callbacks(_after_step)
         except CancelStepException: pass
