@@ -16,6 +16,8 @@ TEXT_DIR  ?= /usr/share/games/fortunes
 WORDNET_DIR ?= /usr/share/wordnet
 N_WORKERS ?= 2
 DEMO_ARGS ?=
+# Options for pytest in `make pytest` (`make test-fast` passes -m "not slow").
+PYTEST_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
 # scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
 NBS       ?=
@@ -31,7 +33,7 @@ BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.aisaac-installed
 
-.PHONY: help setup venv data text wordnet docs-tools demo test check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
+.PHONY: help setup venv data text wordnet docs-tools demo test test-fast check-export check-readme nbtest pytest docs-check slow export readme clean bench docs site shots lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -115,6 +117,14 @@ test: setup ## all tests: export and README checks, nbdev-test on every notebook
 	@$(MAKE) --no-print-directory pytest
 	@$(MAKE) --no-print-directory docs-check
 
+# The contributor's loop: what `test` runs but the tests that start other processes (torchrun runs, fresh Pythons, the
+# tutorials in a Jupyter kernel: tests/conftest.py marks them `slow`) and the docs check. `make test` stays the full check.
+test-fast: setup ## the quick loop: export and README checks, nbdev-test on every notebook, pytest -m "not slow"
+	@$(MAKE) --no-print-directory check-export
+	@$(MAKE) --no-print-directory check-readme
+	@$(MAKE) --no-print-directory nbtest
+	@$(MAKE) --no-print-directory pytest PYTEST_ARGS='-m "not slow"'
+
 # nbdev-export must leave aisaac/ unchanged: the modules are generated from nbs/.
 check-export: venv
 	@before=$$(find aisaac -type f -name '*.py' | sort | xargs md5sum); \
@@ -139,8 +149,8 @@ check-readme: venv
 nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped)
 	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing
 
-pytest: venv ## run the pytest suite in tests/
-	@rc=0; $(BIN)/pytest -q tests || rc=$$?; \
+pytest: venv ## run the pytest suite in tests/ (PYTEST_ARGS: more options, e.g. '-x --lf' to rerun the last failures first)
+	@rc=0; $(BIN)/pytest -q $(PYTEST_ARGS) tests || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "!!! pytest collected no tests in tests/"; fi; \
 	exit $$rc
 

@@ -11,7 +11,8 @@ is kept. Here each notebook runs in its own `python3` kernel of this environment
 folder, as a reader would run it: fastprogress draws HTML bars and tables, matplotlib makes PNGs,
 `view_source_code` highlights. Cells flagged `#| eval: false` and export cells are not run; notebooks
 with `skip_exec: true` in their front matter and folders with a `.notest` file are skipped, as nbdev-test
-does. A notebook is saved only when every cell ran, then cleaned by `nbdev-clean`, which keeps the
+does. A notebook is saved only when every cell ran, with the paths of this machine in its outputs made relative
+(`aisaac/sft.py:133: UserWarning`, not the checkout's absolute path), then cleaned by `nbdev-clean`, which keeps the
 outputs and drops what changes from run to run (execution counts, cell metadata, object ids).
 
 The time of every notebook and of every slow cell is printed, so that a slow cell can tell the reader
@@ -75,7 +76,12 @@ def to_run(cell, skip_slow):
     if d.get('eval') == 'false' or 'nbdev_export(' in cell.source: return False
     return not (skip_slow and 'slow' in d)
 
-def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
+# In place of a skipped slow cell, a check can run this: it draws from every random generator, as the slow cell's training
+# would. A cell after it whose outputs change then depends on whether the slow cells ran (it should seed itself).
+DRAW = "import random as _r, numpy as _np, torch as _t; _r.random(); _np.random.rand(); _t.rand(1); del _r, _np, _t"
+
+def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3',
+        stand_in=None): # code run in place of each skipped slow cell (e.g. `DRAW`); its outputs are not kept
     "Execute `nb_path` in a kernel; save it with its outputs when every cell ran. Returns (ok, seconds, slow cell times, notebook)"
     import nbformat, tempfile
     from jupyter_client import KernelManager
@@ -91,6 +97,8 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
             try:
                 with client.setup_kernel(env=KERNEL_ENV):
                     for i, cell in enumerate(nb.cells):
+                        if stand_in and skip_slow and cell.cell_type == 'code' and 'slow' in directives(cell.source):
+                            client.execute_cell(nbformat.v4.new_code_cell(stand_in), i)
                         if not to_run(cell, skip_slow): continue
                         t = time.time()
                         client.execute_cell(cell, i)
@@ -101,11 +109,37 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3'):
         msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
         print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
         return False, time.time() - t0, slow, nb
-    if save:
-        nb.metadata.pop('widgets', None)
-        nbformat.write(nb, nb_path)
-        subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(nb_path)], check=True, cwd=ROOT)
+    if save: write(nb, nb_path)
     return True, time.time() - t0, slow, nb
+
+def machine_paths():
+    "(pattern, replacement) for the paths of this machine that outputs print: the checkout, the installed packages, the home"
+    import sysconfig
+    res = [(re.escape(str(ROOT)) + '/', ''), (re.escape(sysconfig.get_paths()['purelib']) + '/', '')]  # aisaac/sft.py, torch/...
+    res.append((r'/\S*?/ipykernel_\d+/\d+\.py', '<cell>'))  # a warning raised in a cell: the kernel's file for the cell
+    return res + [(re.escape(str(Path.home())) + '/', '~/')]
+
+def sanitise(nb):
+    "Replace the paths of this machine in `nb`'s outputs (a warning's file, a traceback) by relative ones: the docs show no developer's folders"
+    subs = machine_paths()
+    def clean(text):
+        lines = text if isinstance(text, list) else [text]
+        for pat, rep in subs: lines = [re.sub(pat, rep, l) for l in lines]
+        return lines if isinstance(text, list) else lines[0]
+    for cell in nb.cells:
+        for o in cell.get('outputs', []):
+            if 'text' in o: o['text'] = clean(o['text'])
+            for k, v in o.get('data', {}).items():
+                if k.startswith('text/'): o['data'][k] = clean(v)
+            if 'traceback' in o: o['traceback'] = clean(o['traceback'])
+    return nb
+
+def write(nb, path):
+    "Save the executed `nb` at `path` as the docs keep it: no widget state, no machine paths, cleaned by `nbdev-clean`"
+    import nbformat
+    nb.metadata.pop('widgets', None)
+    nbformat.write(sanitise(nb), path)
+    subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(path)], check=True, cwd=ROOT)
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,4 +1,5 @@
 "pytest settings for the whole suite."
+import inspect, re
 import torch
 
 # The models in the tests are tiny: one thread is faster than torch's default on a small, shared CPU (two threads per
@@ -9,9 +10,31 @@ torch.set_num_threads(1)
 _NO_GPU = ("needs a CUDA GPU and torch.cuda.is_available() is False here: run `pytest -m cuda tests/test_cuda.py -rs` "
            "on a machine with one (bench/README.md, 'On a GPU')")
 
+# Tests that start other processes (torchrun, a fresh Python, a Jupyter kernel) are marked `slow`: each pays for starting
+# Python and importing torch. `make test` runs them all; `make test-fast` (`pytest -m "not slow"`) leaves them out.
+_STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|rerun|start_new_kernel|torch\.distributed\.run|spawn)\b')
+
+def _starts_processes(fn, module, seen):
+    "Whether `fn`, or a function of its test module that it calls (at any depth), starts a process"
+    try: src = inspect.getsource(fn)
+    except (OSError, TypeError): return False
+    if _STARTS.search(src): return True
+    for name in set(re.findall(r'\b(\w+)\(', src)) - seen:
+        seen.add(name)
+        f = getattr(module, name, None)
+        if inspect.isfunction(f) and f.__module__ == module.__name__ and _starts_processes(f, module, seen): return True
+    return False
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: starts other processes (torchrun, a fresh Python, a Jupyter kernel); `make test-fast` leaves it out')
+
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available(): return
     import pytest
+    for item in items:
+        fixtures = [d.func for ds in getattr(getattr(item, '_fixtureinfo', None), 'name2fixturedefs', {}).values() for d in ds]
+        if any(_starts_processes(getattr(f, '__wrapped__', f), item.module, set()) for f in [item.function, *fixtures]):
+            item.add_marker(pytest.mark.slow)
+    if torch.cuda.is_available(): return
     skip = pytest.mark.skip(reason=_NO_GPU)
     for item in items:
         if 'cuda' in item.keywords: item.add_marker(skip)

@@ -5,7 +5,7 @@ path runs and shows its table, its plots as images, highlighted source and the c
 tutorials and guides are saved with their outputs, and nbdev-clean keeps them.
 Needs the `docs` extra (nbclient, ipykernel, ipywidgets), which `make setup` installs.
 """
-import importlib.util, json, re, subprocess, sys
+import functools, importlib.util, itertools, json, re, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +56,27 @@ trainer.fit(2)'''
     assert tables and '<th>valid</th>' in tables[-1] and tables[-1].count('<tr>') == 3, tables  # header + 2 epochs
     assert not any(m['msg_type'] == 'stream' and m['content']['name'] == 'stderr' for m in msgs)
 
+def test_a_fit_cut_short_leaves_its_table_and_no_bar(kernel):
+    "A fit that a callback cancels (or a run in steps that ends inside an epoch) closes its bars: the page keeps the table alone"
+    code = '''
+class StopAfter(Callback):
+    def after_epoch(self, trainer):
+        if not trainer.training and trainer.epoch == 1: raise CancelFitException()
+torch.manual_seed(0)
+trainer = Trainer(make_dls(n_train=(8,)*6, n_valid=(8,)*2), nn.MSELoss(), torch.optim.SGD, model=nn.Linear(2, 1),
+                  callbacks=[BasicTrainCB(), MetricsCB(), ProgressCB(), StopAfter()])
+trainer.fit(5)'''
+    execute(kernel, f'import sys; sys.path.insert(0, {str(ROOT)!r}); from aisaac.all import *; from tests.tiny import make_dls')
+    msgs, reply = execute(kernel, code)
+    assert reply['status'] == 'ok', reply
+    shown = {}  # what each display shows in the end, after its updates
+    for m in msgs:
+        if m['msg_type'] in ('display_data', 'update_display_data'):
+            shown[m['content'].get('transient', {}).get('display_id') or id(m)] = ''.join(m['content']['data'].get('text/html', ''))
+    final = [h for h in shown.values() if '<table' in h]
+    assert len(final) == 1 and final[0].count('<tr>') == 3, final  # header + the 2 epochs done
+    assert not [h for h in shown.values() if '<progress' in h], shown
+
 def _outputs(nb, contains):
     "The outputs of the code cell whose source contains `contains`"
     cells = [c for c in nb.cells if c.cell_type == 'code' and contains in c.source]
@@ -66,8 +87,7 @@ def _mimes(outs): return {k for o in outs for k in o.get('data', {})}
 
 def test_tutorial_fast_path_in_a_kernel():
     "The callbacks tutorial, slow cells skipped: tables as HTML, plots as PNG, source highlighted, the summary as a table"
-    ok, secs, slow, nb = run_nbs.run(ROOT/'nbs'/'tutorials'/'callbacks.ipynb', skip_slow=True, save=False, timeout=600)
-    assert ok and slow == []
+    nb = rerun('tutorials/callbacks.ipynb')
     assert 'image/png' in _mimes(_outputs(nb, 'dls.show_batch()'))
     fit = ''.join(''.join(o['data'].get('text/html', '')) for o in _outputs(nb, 'ProgressCB()])\ntrainer.fit(1)'))
     assert '<table' in fit and '<th>Accuracy</th>' in fit, fit
@@ -164,3 +184,76 @@ def test_fine_tuning_tutorial_is_saved_with_its_full_run():
     assert base and int(base[1]) >= 1000, 'the page fine-tunes the full run of the language-model tutorial, not a short base'
     assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
     assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
+
+# ---------------------------------------------------------------- saved outputs are what the code gives
+
+NOTEBOOKS = sorted(p for p in (ROOT/'nbs').rglob('*.ipynb') if not any(part.startswith(('_', '.')) for part in p.relative_to(ROOT/'nbs').parts))
+# Paths of the machine that ran a notebook: the checkout, a home folder, a virtualenv's packages, the kernel's file for a cell
+MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:home|root|work|Users|mnt|opt|srv)/\S+|\S*site-packages/\S*|\S*/\.venv/\S*|\S*/ipykernel_\d+/\S*")
+TEXT_BAR = re.compile(r'\d+\.\d\d% \[\d+/\d+ |[█▉▊▋▌▍▎▏]{2}')  # fastprogress's console bar, tqdm's blocks
+
+def _rel(nb): return nb.relative_to(ROOT/'nbs').as_posix()
+
+def output_problems(cells):
+    "What a reader should not see in saved outputs: machine paths, progress bars left behind, a cell's progress table shown more than once"
+    res = []
+    for i, c in enumerate(cells):
+        if c['cell_type'] != 'code': continue
+        outs = c.get('outputs', [])
+        text, tables = _text(outs), []
+        for o in outs: tables += re.findall(r'<table class="fastprogress">', ''.join(o.get('data', {}).get('text/html', '')))
+        res += [f'cell {i}: a path of the machine that ran it: {p!r}' for p in sorted(set(MACHINE_PATH.findall(text)))]
+        if '<progress' in text or TEXT_BAR.search(text): res.append(f'cell {i}: a progress bar left in the output')
+        if len(tables) > 1: res.append(f'cell {i}: {len(tables)} progress tables in one cell')
+    return res
+
+@pytest.mark.parametrize('nb', NOTEBOOKS, ids=_rel)
+def test_saved_outputs_show_no_machine_paths_bars_or_repeated_tables(nb):
+    "What the docs show is the result, not the machine it ran on: no absolute paths, no bars left behind, one progress table per cell"
+    problems = output_problems(json.loads(nb.read_text())['cells'])
+    assert not problems, f"{_rel(nb)}: " + '; '.join(problems) + " (fix the code, then save it again with scripts/run_nbs.py, which leaves out machine paths)"
+
+# What a re-run may change: times and rates (a cell's own timing, the `time` column), object ids. Everything else must agree.
+VOLATILE = re.compile(r"\b\d+:\d\d(?::\d\d)?\b|[\d.,]+\s*(?:ms|s|sec|seconds?|min|minutes?|µs)\b|[\d.,]+\s*(?:tokens|samples|images|it|batches)/s"
+                      r"|\((?:ms|s)\)'?:\s*[\d.e+-]+|0x[0-9a-f]+")
+NUMBER = re.compile(r'-?\d+(?:\.\d+)?(?:e[+-]?\d+)?')
+TOLERANCE = dict(rel=5e-3, abs=2e-3)  # a figure agrees when |re-run - saved| <= 0.002 + 0.5 % of it: a stale output is far off
+
+def figures(outs):
+    "A cell's outputs as (text with its figures replaced by #, the figures): times and ids left out"
+    text = VOLATILE.sub('~', '\n'.join(''.join(o['text']) if o['output_type'] == 'stream' else
+                                       ''.join(o.get('data', {}).get('text/markdown', o.get('data', {}).get('text/plain', ''))) for o in outs))
+    return NUMBER.sub('#', text), [float(n) for n in NUMBER.findall(text)]
+
+def drift(saved, rerun):
+    "The cells whose saved outputs a re-run does not give: [(cell, what differs)]"
+    res = []
+    for i, (a, b) in enumerate(zip(saved.cells, rerun.cells)):
+        if a.cell_type != 'code' or not run_nbs.to_run(a, skip_slow=True): continue
+        (sa, fa), (sb, fb) = figures(a.get('outputs', [])), figures(b.get('outputs', []))
+        if sa != sb or len(fa) != len(fb):
+            la, lb = next(((x, y) for x, y in itertools.zip_longest(sa.splitlines(), sb.splitlines()) if x != y), (sa, sb))
+            res.append((i, f'saved {str(la)[:300]!r}, re-run {str(lb)[:300]!r}'))
+        elif bad := [(x, y) for x, y in zip(fa, fb) if y != pytest.approx(x, **TOLERANCE)]:
+            res.append((i, 'saved/re-run ' + ', '.join(f'{x:g}/{y:g}' for x, y in bad[:6])))
+    return res
+
+@functools.cache
+def rerun(path):
+    """`nbs/<path>` run again in a kernel and cleaned as `make docs` saves it; nothing is written to nbs/. Each slow cell is
+    skipped, and the random generators drawn from in its place: the cells after it must not depend on whether it ran"""
+    import nbformat, tempfile
+    ok, secs, slow, nb = run_nbs.run(ROOT/'nbs'/path, skip_slow=True, save=False, timeout=600, stand_in=run_nbs.DRAW)
+    assert ok, f'{path} failed in a kernel'
+    with tempfile.TemporaryDirectory() as d:
+        run_nbs.write(nb, Path(d)/'nb.ipynb')
+        return nbformat.read(Path(d)/'nb.ipynb', as_version=4)
+
+FAST = ['tutorials/callbacks.ipynb', 'tutorials/custom_callbacks.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb']
+
+@pytest.mark.parametrize('path', FAST)
+def test_saved_outputs_are_what_a_rerun_gives(path):
+    "The seeded cells of the fast pages give, run again, the tables and figures saved with them (times aside, within TOLERANCE)"
+    import nbformat
+    bad = drift(nbformat.read(ROOT/'nbs'/path, as_version=4), rerun(path))
+    assert not bad, f"{path}: the saved outputs are not what the code gives now (run scripts/run_nbs.py on it):\n" + '\n'.join(f'  cell {i}: {d}' for i, d in bad)

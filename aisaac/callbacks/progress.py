@@ -73,7 +73,8 @@ class ProgressCB(Callback):
         elif not try_print(line): raise OSError("the standard output is closed")
 
     def cleanup_fit(self, trainer):
-        "Draw the last points"
+        "Close the bars of a fit that ended before its last epoch (a cancel, an error): the table stays; draw the last points"
+        if getattr(self, 'bars', False) and self.mbar.main_bar.last_v is not None: self.mbar.on_iter_end()  # (else left on the page)
         if self.plot: self._redraw()
 
     def _write(self, cells):
