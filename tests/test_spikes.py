@@ -163,3 +163,19 @@ def test_two_processes_roll_back_together_to_the_state_before_the_spike(tmp_path
     for r in (r0, r1):
         assert r['events'] == ['rollback'] and r['lr'] == 0.05 and r['back_to_snapshot']
     assert r0['weights'] == r1['weights'] and r0['steps'] == r1['steps']
+
+def test_a_rollback_in_a_run_of_steps_under_accumulation_then_an_exact_resume(tmp_path):
+    "fit(steps=14) at 2 batches a step, with EMACB: the rollback keeps the run's step count, and a checkpoint written after it resumes exactly"
+    def mk(d):
+        return make(GradAccumCB(2), LossSpikeCB('rollback', warmup=2, check_every=2, snapshot_every=4), Spike(13), EMACB(0.9),
+                    CheckpointCB(d, every='3 steps', keep_last=None))
+    straight = mk(tmp_path/'a')
+    straight.fit(steps=14, valid_every=7, lr=0.05)
+    spikes = straight.LossSpikeCB
+    assert [e['action'] for e in spikes.events] == ['rollback'] and spikes.skipped == [[0, 8, 1, 1]]  # read at pass 1's 2nd batch
+    assert (straight.clock.step, straight.clock.micro_step, straight.EMACB.n_averaged) == (14, 28, 14)
+    resumed = mk(tmp_path/'b')
+    resumed.fit(steps=14, valid_every=7, lr=0.05, resume_from=tmp_path/'a'/'checkpoint_step_000012.pt')
+    for k, v in straight.model.state_dict().items(): assert torch.equal(v, resumed.model.state_dict()[k]), k
+    for k, v in straight.EMACB.averaged_state().items(): assert torch.equal(v, resumed.EMACB.averaged_state()[k]), k
+    assert resumed.LossSpikeCB.skipped == spikes.skipped and resumed.opt.param_groups[0]['lr'] == 0.025

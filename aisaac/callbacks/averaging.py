@@ -164,7 +164,7 @@ class EMACB(WeightAveragingCB):
     def update(self, trainer, live): # the trainer; the model's weights
         "Fold `live` into the average: `lerp` of the floating-point tensors (buffers such as batch-norm statistics too), a copy of the others"
         if self.n_averaged == 0: return self.load_averaged(trainer, [t.clone() for t in live])  # the first update copies
-        if self._pairs is None: self._pairs = self._split(self.averaged(trainer), live)
+        if self._pairs is None or self._loaded is not None: self._pairs = self._split(self.averaged(trainer), live)  # (a state loaded mid-fit: a rollback)
         avg_f, live_f, avg_o, live_o = self._pairs
         torch._foreach_lerp_(avg_f, live_f, 1 - self.decay)
         if avg_o: torch._foreach_copy_(avg_o, live_o)
