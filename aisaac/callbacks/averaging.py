@@ -66,7 +66,7 @@ class WeightAveragingCB(Callback):
             self.update(trainer, self._tensors(trainer))
             self.n_averaged += 1
 
-    def update(self, trainer, live): # the trainer; the model's weights (`_weights`)
+    def update(self, trainer, live): # the trainer; the model's weights, parameters then persistent buffers
         "Fold `live` into the average (subclasses); the first update copies them"
         raise NotImplementedError
 

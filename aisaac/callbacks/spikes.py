@@ -56,7 +56,7 @@ class LossSpikeCB(Callback):
     "Detect a loss spike (far above its running median) or a non-finite or huge gradient norm, and skip the step, roll back to the last good state with a lower learning rate, or stop"
     order = 30  # in `before_step`: after `GradAccumCB` (-10: only a window's last batch comes here), `MixedPrecisionCB` (10: unscaled gradients) and `GradClipCB` (20: its norm)
     run_after = ('GradAccumCB', 'MixedPrecisionCB', 'GradClipCB')
-    runs_on = 'collective'  # every process takes part in the decision (`_across`), and acts on it at the same step
+    runs_on = 'collective'  # every process takes part in the decision (a small collective), and acts on it at the same step
     def __init__(self, action:str='rollback', # 'skip' the step, 'rollback' to the last good state, or 'stop' the fit
                  factor:float=3., # a loss above `factor` times the running median of the last `window` steps' losses is a spike
                  window:int=100, # the steps whose losses make the running median
@@ -126,7 +126,7 @@ class LossSpikeCB(Callback):
         if self.seen % self.check_every == 0: self._check(trainer)
 
     def _observe(self, trainer, peak, recorded):
-        "This step's `[code, loss, median, norm]` on the device (code 0: clean; see `_why`); the loss joins the running window unless it is a spike"
+        "This step's `[code, loss, median, norm]` on the device (code 0: clean, 1 to 4: the reasons above); the loss joins the running window unless it is a spike"
         if peak is None: peak = trainer.loss.detach().float().max()
         if self.losses is None: self.losses = torch.full((self.window,), math.nan, device=peak.device)
         self.losses = self.losses.to(peak.device)  # (a loaded state may be on the CPU)
