@@ -73,10 +73,12 @@ from .callbacks.savers import *
 from .callbacks.export import *
 from .callbacks.accel import *
 from .callbacks.sharding import *
+from .callbacks.averaging import *
+from .callbacks.spikes import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
 from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     core_callback,
@@ -141,6 +143,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     export,
     accel,
     sharding,
+    averaging,
+    spikes,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]

@@ -9,6 +9,7 @@ __all__ = ['AroundHooks']
 
 # %% ../nbs/12_around.ipynb #883292a1
 import inspect, weakref
+from .core.dispatch import _outcome
 
 def _named(around):
     "A handler of an `around` hook whose failures say so (`e.hook`): the error policy names the hook, not the event it runs in"
@@ -70,3 +71,12 @@ class AroundHooks:
                 gen.close()
                 raise RuntimeError(f"{name} yielded more than once: an around_ hook must yield exactly once")
         return exit
+
+    def must_raise(self, e:Exception, # what a handler raised
+                   cb, # its callback
+                   event:str): # the event it handled
+        "An error that goes on up from a hook's way out (in `cleanup_`) is the phase's outcome from then on: the cleanup handlers after it see it"
+        if not super().must_raise(e, cb, event): return False
+        if event.startswith('cleanup_') and getattr(e, 'hook', None) == 'around_' + event[8:] and getattr(self, 'outcome', None) not in ('error', 'interrupted'):
+            self.outcome, self.exception = _outcome(e), e  # (the phase had ended well, or cancelled: now it fails with `e`)
+        return True

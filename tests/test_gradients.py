@@ -224,6 +224,30 @@ def test_a_resumed_run_of_steps_inside_a_window_is_bit_identical(tmp_path):
         for k in a: assert torch.equal(a[k], b[k]), (ckpt.name, k)
         assert resumed.clock.micro_step == straight.clock.micro_step == 36
 
+class Saves(Callback):
+    "Counts the checkpoints written"
+    def __init__(self): self.n = 0
+    def after_save_checkpoint(self, t): self.n += 1
+
+def test_checkpoints_inside_windows_of_a_run_of_steps_do_not_overwrite_each_other(tmp_path):
+    "fit(steps=3) at 4 batches a step, a checkpoint after every batch: 12 batches, 12 points to resume from, 12 files (issue 37)"
+    saves = Saves()
+    make = lambda d, *cbs: make_trainer(callbacks=[GradAccumCB(4), CheckpointCB(d, every_n_batches=1, keep_last=None), *cbs])
+    straight = make(tmp_path/'a', saves)
+    straight.fit(steps=3)
+    names = [p.name for p in checkpoints(tmp_path/'a')]
+    assert saves.n == 13 and len(names) == 12, names  # the 13th, at the end of the pass, is step 3's after validation: it replaces the one before
+    inside = [f'checkpoint_step_{s:06d}_batch_{b:06d}.pt' for s in range(3) for b in range(4 * s + 1, 4 * s + 4)]
+    assert sorted(names) == sorted(inside + [f'checkpoint_step_{s:06d}.pt' for s in (1, 2, 3)])
+    for name in ('checkpoint_step_000001_batch_000006.pt', 'checkpoint_step_000002.pt'):
+        state = torch.load(tmp_path/'a'/name, weights_only=True)
+        assert state['callbacks']['GradAccumCB']['position'] == (2 if 'batch' in name else 0)
+        resumed = make(tmp_path/name)
+        resumed.fit(steps=3, resume_from=tmp_path/'a'/name)
+        a, b = straight.model.state_dict(), resumed.model.state_dict()
+        for k in a: assert torch.equal(a[k], b[k]), (name, k)
+        assert resumed.clock.micro_step == 12 and result(resumed)['history'] == result(straight)['history']
+
 # ---------------------------------------------------------------- token-weighted accumulation: the step of one batch of all the tokens
 def _grads_and_weights(model, loss_func, batches, *cbs, lr=0.5):
     "The gradients at the one step of a fit on `batches` (SGD), and the weights after it"

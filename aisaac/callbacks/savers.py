@@ -21,12 +21,13 @@ from ..dcp import folder_problem, is_sharded, load_state_dicts, save_full_weight
 from ..utils import try_print
 
 # %% ../../nbs/callbacks/70_savers.ipynb #96f0a3c0
-_ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+)(\.pt)?')  # by epoch and batch, or (a run measured in steps) by step; a file, or a sharded checkpoint's folder
+_ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+(_batch_\d+)?)(\.pt)?')  # by epoch and batch, or (a run in steps) by step; a file, or a sharded checkpoint's folder
 
 def _file_name(trainer):
     "The name of a checkpoint `trainer` writes now: by the global optimizer step in a run measured in steps, else by the point it resumes at"
     epoch, batch = trainer.resume_point()  # (an error where there is no exact resume point)
     name = f'checkpoint_step_{trainer.clock.step:06d}' if trainer.steps is not None else f'checkpoint_{epoch:04d}_{batch:06d}'
+    if trainer.steps is not None and not getattr(trainer, 'sync_gradients', True): name += f'_batch_{trainer.clock.micro_step:06d}'  # inside a window
     return name + getattr(trainer.checkpoint_engine, 'suffix', '.pt')  # ('.pt', a file; '', a sharded checkpoint's folder)
 
 def checkpoints(dir): # a folder `CheckpointCB` writes to

@@ -1,0 +1,181 @@
+"LossSpikeCB: a spike is skipped (no step, no scheduler or average moving), a rollback restores the state before it with lower rates, a stop ends the fit; its record resumes; 2 processes agree."
+import functools, types
+from pathlib import Path
+import pytest
+import torch
+from torch import nn
+from aisaac.core.callback import Callback
+from aisaac.trainer import Trainer
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.schedule import BatchSchedulerCB
+from aisaac.callbacks.averaging import EMACB
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
+from aisaac.callbacks.savers import CheckpointCB
+from aisaac.callbacks.spikes import LossSpikeCB
+import torchrun_cases
+
+HERE = Path(__file__).parent
+
+def line_dls(n_batches=24, bs=8, seed=0):
+    "A learnable line, y = x @ w + a little noise: the loss goes down smoothly, so only an injected spike is one"
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(4, 1, generator=g)
+    def batch():
+        x = torch.randn(bs, 4, generator=g)
+        return x, x @ w + 0.01 * torch.randn(bs, 1, generator=g)
+    return types.SimpleNamespace(train=[batch() for _ in range(n_batches)], valid=[batch() for _ in range(2)])
+
+def make(*cbs, n_batches=24, opt=torch.optim.SGD):
+    torch.manual_seed(0)
+    return Trainer(line_dls(n_batches), nn.MSELoss(), opt, nn.Linear(4, 1), callbacks=[BasicTrainCB(), *cbs])
+
+class Spike(Callback):
+    "Multiply the loss of training batch `batch` (of pass `epoch`) by `times` before backward: a spike in the loss and the gradients"
+    order = -1
+    def __init__(self, batch, times=1e4, epoch=0): self.batch, self.times, self.epoch = batch, times, epoch
+    def after_loss(self, t):
+        if t.model.training and (t.epoch, t.batch_num) == (self.epoch, self.batch): t.loss = t.loss * self.times
+
+class Watch(Callback):
+    "The weights at the end of each training batch, the skips' reasons, the learning rate at each step"
+    order = 60
+    def before_fit(self, t): self.at, self.skips, self.lrs = {}, [], []
+    def step_skipped(self, t, reason): self.skips.append(reason)
+    def after_step(self, t): self.lrs.append(t.opt.param_groups[0]['lr'])
+    def checkpoint(self, t, at):
+        if at == 'batch': self.at[(t.epoch, t.batch_num)] = {k: v.clone() for k, v in t.model.state_dict().items()}
+
+def test_a_spike_is_skipped_and_nothing_moves():
+    "The spike's step is not taken: its gradients are dropped, the scheduler and the average stay, `step_skipped` says why"
+    w, ema = Watch(), EMACB(decay=0.9)
+    spikes = LossSpikeCB('skip', warmup=3)
+    sched = BatchSchedulerCB(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.99))
+    t = make(spikes, Spike(10), w, ema, sched)
+    t.fit(1, lr=0.05, valid=False)
+    assert t.clock.step == 23 and ema.n_averaged == 23 and sched.scheduler.last_epoch == 23
+    assert len(w.skips) == 1 and 'the loss is' in w.skips[0] and 'above 3.0 times its running median' in w.skips[0] and 'step 11' in w.skips[0]
+    assert torch.equal(w.at[(0, 10)]['weight'], w.at[(0, 9)]['weight'])  # batch 10 changed nothing
+    assert spikes.skipped == [[0, 10, 0, 10]] and [e['action'] for e in spikes.events] == ['skip']
+    assert all(p.grad is None or not p.grad.any() for p in t.model.parameters())
+
+def test_without_the_callback_the_spike_goes_through():
+    w = Watch()
+    make(Spike(10), w).fit(1, lr=0.05, valid=False)
+    assert not torch.equal(w.at[(0, 10)]['weight'], w.at[(0, 9)]['weight']) and not w.skips
+
+def test_a_non_finite_or_huge_gradient_norm_is_a_spike():
+    class NaN(Callback):
+        def after_loss(self, t):
+            if t.model.training and t.batch_num == 5: t.loss = t.loss * float('nan')
+    w = Watch()
+    make(LossSpikeCB('skip'), NaN(), w, GradClipCB(1.)).fit(1, lr=0.05, valid=False)
+    assert len(w.skips) == 1 and 'not finite' in w.skips[0]
+    w = Watch()
+    make(LossSpikeCB('skip', factor=1e9, max_grad_norm=50.), Spike(12, times=100.), w).fit(1, lr=0.05, valid=False)
+    assert len(w.skips) == 1 and 'the gradient norm is' in w.skips[0] and 'above its limit 50' in w.skips[0]
+
+def test_a_rollback_restores_the_state_before_the_spike_with_lower_rates():
+    "Checks every 4 steps, snapshots every 8: the spike at batch 13 is seen at step 16, and the state after batch 7 (step 8's clean check) comes back"
+    w = Watch()
+    spikes = LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8, lr_factor=0.5)
+    t = make(spikes, Spike(13), w)
+    t.opt_func = lambda params, lr: torch.optim.SGD([{'params': [p]} for p in params], lr=lr)  # two groups
+    t.fit(1, lr=0.1, valid=False)
+    assert [e['action'] for e in spikes.events] == ['rollback'] and 'step 14' in spikes.events[0]['reason']
+    assert spikes.skipped == [[0, 8, 0, 15]]  # batches 8 to 15 trained on, then undone
+    assert torch.equal(w.at[(0, 15)]['weight'], w.at[(0, 7)]['weight']) and torch.equal(w.at[(0, 15)]['bias'], w.at[(0, 7)]['bias'])
+    assert w.lrs[:8] == [0.1] * 8 and w.lrs[15:] == [0.05] * (len(w.lrs) - 15)  # steps after the rollback: each group halved
+    assert [g['lr'] for g in t.opt.param_groups] == [0.05, 0.05] and t.clock.step == 8 + 8
+
+class Rates(Callback):
+    "Each group's learning rate at each applied step, by the clock's step"
+    order = 60
+    def before_fit(self, t): self.at = {}
+    def after_step(self, t): self.at[t.clock.step] = [g['lr'] for g in t.opt.param_groups]
+
+def test_a_rollback_scales_each_groups_rate_and_the_schedule_goes_on_lowered():
+    "Two groups (0.1 and 0.01) on a schedule: after the rollback, each group's rate is half the one its schedule gives it"
+    def run(*cbs):
+        rates = Rates()
+        sched = BatchSchedulerCB(functools.partial(torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda s: 1 / (1 + 0.1 * s)))
+        t = make(sched, rates, *cbs)
+        t.opt_func = lambda params, lr: torch.optim.SGD([{'params': [t.model.weight]}, {'params': [t.model.bias], 'lr': lr / 10}], lr=lr)
+        t.fit(1, lr=0.1, valid=False)
+        return rates.at
+    plain, rolled = run(), run(LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8), Spike(13))
+    assert rolled[8] == plain[8] and plain[8][0] == pytest.approx(10 * plain[8][1])
+    for s in range(9, 17): assert rolled[s] == pytest.approx([r / 2 for r in plain[s]]), s
+
+def test_rollbacks_lower_the_rate_again_and_then_stop():
+    spikes = LossSpikeCB('rollback', warmup=3, check_every=2, snapshot_every=4, max_rollbacks=1)
+    t = make(spikes, Spike(9), Spike(15, epoch=0))
+    t.fit(1, lr=0.1, valid=False)
+    assert [e['action'] for e in spikes.events] == ['rollback', 'stop'] and 'after 1 rollbacks' in spikes.reason
+    assert t.outcome == 'cancelled' and t.opt.param_groups[0]['lr'] == 0.05
+
+def test_stop():
+    spikes = LossSpikeCB('stop', warmup=3, check_every=1)
+    t = make(spikes, Spike(6))
+    t.fit(2, lr=0.05)
+    assert t.outcome == 'cancelled' and t.clock.step == 6 and 'the fit stops' in spikes.reason
+
+def test_skip_needs_a_decision_every_step_and_other_bad_arguments():
+    with pytest.raises(ValueError, match="leave `check_every` at 1"): LossSpikeCB('skip', check_every=10)
+    with pytest.raises(ValueError, match='multiple of `check_every`'): LossSpikeCB(check_every=10, snapshot_every=15)
+    with pytest.raises(ValueError, match="'skip', 'rollback' or 'stop'"): LossSpikeCB('ignore')
+
+def test_a_spike_inside_an_accumulation_window_skips_the_whole_window():
+    w = Watch()
+    spikes = LossSpikeCB('skip', warmup=2)
+    t = make(GradAccumCB(3), spikes, Spike(10), w)
+    t.fit(1, lr=0.05, valid=False)
+    assert spikes.skipped == [[0, 9, 0, 11]] and t.clock.step == 7 and len(w.skips) == 16 + 1  # 16 accumulation skips, 1 spike
+    assert torch.equal(w.at[(0, 11)]['weight'], w.at[(0, 8)]['weight'])
+
+def test_a_resume_from_a_checkpoint_after_the_spike_is_exact(tmp_path):
+    "The running losses and the record are in the checkpoint: resuming after batch 16 gives the uninterrupted run's weights"
+    mk = lambda d: make(LossSpikeCB('skip', warmup=3), Spike(10), Spike(20), CheckpointCB(d, every_n_batches=8, keep_last=None), n_batches=24)
+    straight = mk(tmp_path/'a')
+    straight.fit(2, lr=0.05)
+    resumed = mk(tmp_path/'b')
+    resumed.fit(2, lr=0.05, resume_from=tmp_path/'a'/'checkpoint_0000_000016.pt')
+    for k, v in straight.model.state_dict().items(): assert torch.equal(v, resumed.model.state_dict()[k]), k
+    assert resumed.LossSpikeCB.skipped == straight.LossSpikeCB.skipped == [[0, 10, 0, 10], [0, 20, 0, 20]]
+
+def test_a_resume_from_before_the_spike_skips_the_recorded_batches(tmp_path):
+    "PaLM's recipe: stop at the spike, go back to an earlier checkpoint and skip the batches around it; the record does it"
+    first = LossSpikeCB('skip', warmup=3)
+    straight = make(first, Spike(10), CheckpointCB(tmp_path, every_n_batches=4, keep_last=None))
+    straight.fit(1, lr=0.05)
+    again = make(LossSpikeCB('skip', factor=1e9, skip=first.skipped), Spike(10))  # a detector that would not see it
+    again.fit(1, lr=0.05, resume_from=tmp_path/'checkpoint_0000_000008.pt')
+    for k, v in straight.model.state_dict().items(): assert torch.equal(v, again.model.state_dict()[k]), k
+
+def launch(out, case): return torchrun_cases.launch(HERE/'spikes_run.py', out, case)
+
+def test_two_processes_skip_the_same_step_when_one_sees_a_spike(tmp_path):
+    r0, r1 = launch(tmp_path, 'skip')
+    assert r0['steps'] == r1['steps'] == 15 and r0['weights'] == r1['weights']
+    assert 'a spike on another process' in r0['skips'][0] and 'the loss is' in r1['skips'][0]
+
+def test_two_processes_roll_back_together_to_the_state_before_the_spike(tmp_path):
+    r0, r1 = launch(tmp_path, 'rollback')
+    for r in (r0, r1):
+        assert r['events'] == ['rollback'] and r['lr'] == 0.05 and r['back_to_snapshot']
+    assert r0['weights'] == r1['weights'] and r0['steps'] == r1['steps']
+
+def test_a_rollback_in_a_run_of_steps_under_accumulation_then_an_exact_resume(tmp_path):
+    "fit(steps=14) at 2 batches a step, with EMACB: the rollback keeps the run's step count, and a checkpoint written after it resumes exactly"
+    def mk(d):
+        return make(GradAccumCB(2), LossSpikeCB('rollback', warmup=2, check_every=2, snapshot_every=4), Spike(13), EMACB(0.9),
+                    CheckpointCB(d, every='3 steps', keep_last=None))
+    straight = mk(tmp_path/'a')
+    straight.fit(steps=14, valid_every=7, lr=0.05)
+    spikes = straight.LossSpikeCB
+    assert [e['action'] for e in spikes.events] == ['rollback'] and spikes.skipped == [[0, 8, 1, 1]]  # read at pass 1's 2nd batch
+    assert (straight.clock.step, straight.clock.micro_step, straight.EMACB.n_averaged) == (14, 28, 14)
+    resumed = mk(tmp_path/'b')
+    resumed.fit(steps=14, valid_every=7, lr=0.05, resume_from=tmp_path/'a'/'checkpoint_step_000012.pt')
+    for k, v in straight.model.state_dict().items(): assert torch.equal(v, resumed.model.state_dict()[k]), k
+    for k, v in straight.EMACB.averaged_state().items(): assert torch.equal(v, resumed.EMACB.averaged_state()[k]), k
+    assert resumed.LossSpikeCB.skipped == spikes.skipped and resumed.opt.param_groups[0]['lr'] == 0.025
