@@ -119,7 +119,8 @@ class CallbackGuards:
         "Refuse `cb` when it is no callback, has a hook that would never run, or would take the name of an attribute"
         check_callback(cb, self)
         super().check_callback(cb)
-        name = self.free_name(type(cb).__name__)
+        name = type(cb).__name__
+        if self.entry(self.__dict__.get(name)) is not None: return  # one of its class has the name: this one gets `name_1`...
         if name in type(self).runtime_attrs:
             raise ValueError(f"A callback class named {name!r} would be reached as `{type(self).__name__.lower()}.{name}`, which the "
                              f"{type(self).__name__} overwrites while it runs: rename the class, e.g. {name.title().replace('_', '')}CB")
