@@ -7,14 +7,14 @@ Docs: https://aisaac-dev.github.io/aisaac/shards.html.md"""
 # %% auto #0
 __all__ = ['SHARDS_FORMAT', 'ShardError', 'write_token_shards', 'TokenShards', 'ShardLoader']
 
-# %% ../nbs/32_shards.ipynb #5dd72942
+# %% ../nbs/32_shards.ipynb #97e8b293
 import hashlib, itertools, json, os, shutil, tempfile
 from pathlib import Path
 import numpy as np
 import torch
 from .persist import fsync_dir
 
-# %% ../nbs/32_shards.ipynb #41f3f13c
+# %% ../nbs/32_shards.ipynb #8cd1b8eb
 SHARDS_FORMAT, _MANIFEST = 'aisaac.token_shards', 'shards.json'
 
 class ShardError(ValueError):
@@ -66,14 +66,19 @@ def write_token_shards(chunks, # token ids: an iterable of sequences (lists, arr
         try: os.replace(tmp, path)  # readers see no folder, or the whole one
         except OSError:
             if not (path/_MANIFEST).exists(): raise  # (else another process wrote it first: theirs is kept)
+        else: _verified.update(_key(path/s['file']) for s in w.shards)  # hashed as they were written: not read again
         fsync_dir(path.parent)
     finally:
         if w.f is not None: w.f.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return TokenShards(path)
 
-# %% ../nbs/32_shards.ipynb #9bf0e204
-_verified = set()  # (file, size, mtime) of the shards whose SHA-256 this process checked
+# %% ../nbs/32_shards.ipynb #df35c599
+_verified = set()  # (file, size, mtime) of the shards whose SHA-256 this process checked (or wrote)
+
+def _key(fn):
+    st = fn.stat()
+    return str(fn), st.st_size, st.st_mtime_ns
 
 def _manifest(path):
     "The manifest of the shard folder `path`, or a `ShardError` saying what is wrong"
@@ -107,13 +112,12 @@ class TokenShards:
     def verify(self):
         "Check each shard's content against the SHA-256 it was written with; a `ShardError` names the first that differs"
         for fn, s in zip(self.files, self.manifest['shards']):
-            st = fn.stat()
-            if (str(fn), st.st_size, st.st_mtime_ns) in _verified: continue
+            if _key(fn) in _verified: continue
             if _sha256(fn) != s['sha256']:
                 raise ShardError(f"The shard {fn} is corrupt: its content does not match the SHA-256 it was written with (a disk or copy error, "
                                  f"or a change after it was written). Delete the folder {self.path} and write the shards again "
                                  f"(`tokenize_to_shards` does it by itself)")
-            _verified.add((str(fn), st.st_size, st.st_mtime_ns))
+            _verified.add(_key(fn))
 
     def __len__(self): return self.starts[-1]
 
@@ -140,7 +144,7 @@ class TokenShards:
         except Exception: pass  # (at the interpreter's exit)
     def __repr__(self): return f"TokenShards({str(self.path)!r}: {len(self):,} tokens of {self.dtype.name} in {len(self.files)} shards)"
 
-# %% ../nbs/32_shards.ipynb #a2a04a67
+# %% ../nbs/32_shards.ipynb #fae3eeef
 class ShardLoader:
     "Batches of token blocks read from `TokenShards`: random blocks (`shuffle`) or consecutive windows; its place in the epoch is its `state_dict`"
     def __init__(self, shards:TokenShards, # the corpus
