@@ -134,3 +134,16 @@ def test_a_dataloader_without_workers_skips_by_index_and_says_nothing(tmp_path):
         warnings.filterwarnings('error', message='Resuming inside')
         r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
     assert rseen.batches == seen.batches[17:] and int(rds.fetched.sum()) == (12 - 5) * BS
+
+def test_a_stateful_dataloader_over_a_distributed_sampler_resumes_in_its_epochs_order(tmp_path):
+    "The sampler is told the epoch (`set_sampler_epoch`) before the loader's state fast-forwards it: epoch 1's order, from batch 5"
+    pytest.importorskip('torchdata.stateful_dataloader')
+    from torch.utils.data import DistributedSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    def make():
+        ds = Rows()
+        return StatefulDataLoader(ds, batch_size=BS, sampler=DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=0), num_workers=2), ds
+    batches, resumed, (w, rw), ds = run_and_resume(make, tmp_path, {'n_epochs': 2}, 'checkpoint_0001_000005.pt')
+    assert batches[:12] != batches[12:]  # each epoch its own order
+    assert resumed == batches[17:] and int(ds.fetched.sum()) == (12 - 5) * BS
+    for a, b in zip(w, rw): torch.testing.assert_close(a, b, rtol=0, atol=0)
