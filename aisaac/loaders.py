@@ -8,13 +8,13 @@ Docs: https://aisaac-dev.github.io/aisaac/loaders.html.md"""
 __all__ = ['loader_generators', 'skip_batches', 'state_part', 'loader_state', 'load_loader_state', 'EpochPlace', 'loader_states',
            'own_loader_state', 'resume_iter', 'Resumed']
 
-# %% ../nbs/25_loaders.ipynb #b47e2411
+# %% ../nbs/25_loaders.ipynb #584a948e
 import warnings
 import torch
 from .clock import _order_parts
 from .ranks import _store, _world_size
 
-# %% ../nbs/25_loaders.ipynb #5292c7d8
+# %% ../nbs/25_loaders.ipynb #f3352391
 def loader_generators(dls): # an object with `train` and `valid` loaders
     "The `torch.Generator`s of `dls`'s loaders and their samplers: with PyTorch's global generator, they decide the data order"
     res = []
@@ -24,7 +24,7 @@ def loader_generators(dls): # an object with `train` and `valid` loaders
             if isinstance(g, torch.Generator) and not any(g is h for h in res): res.append(g)
     return res
 
-# %% ../nbs/25_loaders.ipynb #055a9a79
+# %% ../nbs/25_loaders.ipynb #b3076fe6
 def _skips_indices(dl, it):
     "Whether `it`, an iterator of `dl`, can skip a batch by dropping its indices (a map-style `DataLoader` without workers)"
     from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
@@ -46,7 +46,7 @@ def _skip(dl, it, n):
     if by_index: it._num_yielded += n
     return it
 
-# %% ../nbs/25_loaders.ipynb #5e455b15
+# %% ../nbs/25_loaders.ipynb #2ef93625
 def _stateful(o): return callable(getattr(o, 'state_dict', None)) and callable(getattr(o, 'load_state_dict', None))
 
 def state_part(dl): # a loader
@@ -72,7 +72,7 @@ def load_loader_state(dl, # a loader
         raise ValueError(f"The loader state is its {state['part']}'s, and this loader's state is {state_part(dl) or 'nothing'}'s: build the loader as it was")
     _part(dl, state['part']).load_state_dict(state['state'])
 
-# %% ../nbs/25_loaders.ipynb #aac1b8f9
+# %% ../nbs/25_loaders.ipynb #bd99bbf3
 class EpochPlace:
     "Mixin of aisaac's loaders: the generator state an epoch's order is drawn from and the batches it gave, as `state_dict`; `load_state_dict` starts the next epoch there"
     _place, _loaded = None, None
@@ -98,11 +98,11 @@ class EpochPlace:
         "Start the next epoch where `state` was: the same order, from the same batch"
         self._loaded = None if state.get('rng') is None else state
 
-# %% ../nbs/25_loaders.ipynb #c2595c42
+# %% ../nbs/25_loaders.ipynb #f1b0c50e
 def loader_states(dl, # this process's training loader
                   tag:str, # names this checkpoint the same way on every process (its place in the run)
                   main:bool=True, # whether this process writes the checkpoint (others post their state for it)
-                  wait:float=60.): # seconds the main process waits for the others' states
+                  wait:float=10.): # seconds the main process waits for each other's state (they save at the same batch)
     "Every process's `loader_state(dl)`, by rank, on the main process (`None` on the others, which post theirs); `None` when none can say"
     own, world = loader_state(dl), _world_size()
     store = _store() if world > 1 else None
@@ -119,7 +119,10 @@ def loader_states(dl, # this process's training loader
             store.wait([key(r)], datetime.timedelta(seconds=wait))
             res[r] = pickle.loads(store.get(key(r)))
             store.delete_key(key(r))
-        except Exception: pass  # (that process did not save this checkpoint: it replays on resume)
+        except Exception:  # (that process did not save this checkpoint: it replays on resume)
+            warnings.warn(f"The training loader's state of process {r} did not come in {wait:g} s for the checkpoint {tag}: that process "
+                          f"will replay its batches if the run resumes from it. Every process saves at the same batch with `CheckpointCB` "
+                          f"every so many steps or batches (not seconds)")
     return None if all(s is None for s in res) else res
 
 def own_loader_state(states): # a checkpoint's loader states, by rank (or `None`)
@@ -128,7 +131,7 @@ def own_loader_state(states): # a checkpoint's loader states, by rank (or `None`
     if not states or len(states) != world: return None
     return states[torch.distributed.get_rank() if world > 1 else 0]
 
-# %% ../nbs/25_loaders.ipynb #c5e6740a
+# %% ../nbs/25_loaders.ipynb #4bf215b0
 def _name(dl):
     "The loader as a message names it: its class, its workers, its dataset's class"
     workers = getattr(dl, 'num_workers', 0)

@@ -7,14 +7,14 @@ Docs: https://aisaac-dev.github.io/aisaac/shards.html.md"""
 # %% auto #0
 __all__ = ['SHARDS_FORMAT', 'ShardError', 'write_token_shards', 'TokenShards', 'ShardLoader']
 
-# %% ../nbs/32_shards.ipynb #97e8b293
+# %% ../nbs/32_shards.ipynb #c6728ed1
 import hashlib, itertools, json, os, shutil, tempfile
 from pathlib import Path
 import numpy as np
 import torch
 from .persist import fsync_dir
 
-# %% ../nbs/32_shards.ipynb #8cd1b8eb
+# %% ../nbs/32_shards.ipynb #725a197c
 SHARDS_FORMAT, _MANIFEST = 'aisaac.token_shards', 'shards.json'
 
 class ShardError(ValueError):
@@ -73,7 +73,7 @@ def write_token_shards(chunks, # token ids: an iterable of sequences (lists, arr
         shutil.rmtree(tmp, ignore_errors=True)
     return TokenShards(path)
 
-# %% ../nbs/32_shards.ipynb #df35c599
+# %% ../nbs/32_shards.ipynb #b0bfe6ff
 _verified = set()  # (file, size, mtime) of the shards whose SHA-256 this process checked (or wrote)
 
 def _key(fn):
@@ -144,7 +144,7 @@ class TokenShards:
         except Exception: pass  # (at the interpreter's exit)
     def __repr__(self): return f"TokenShards({str(self.path)!r}: {len(self):,} tokens of {self.dtype.name} in {len(self.files)} shards)"
 
-# %% ../nbs/32_shards.ipynb #fae3eeef
+# %% ../nbs/32_shards.ipynb #0d57d8e7
 class ShardLoader:
     "Batches of token blocks read from `TokenShards`: random blocks (`shuffle`) or consecutive windows; its place in the epoch is its `state_dict`"
     def __init__(self, shards:TokenShards, # the corpus

@@ -247,6 +247,10 @@ def shards_bench(args):
           f"{lm.BS} blocks of {lm.T} tokens, {repeats} repeats of {n} batches, interleaved\n# {machine()}\n")
     print("| blocks from | tokens/s | ms/batch |\n|---|---|---|")
     for k, ts in times.items(): print(f"| {k} | {lm.BS * lm.T / statistics.median(ts):,.0f} | {statistics.median(ts) * 1e3:.1f} |")
+    for k, dls in variants.items():  # the loader alone: what it adds to a batch
+        it, t0 = iter(dls.train), time.perf_counter()
+        for _ in range(200): next(it)
+        print(f"# {k}: {(time.perf_counter() - t0) / 200 * 1e3:.3f} ms to draw a batch alone")
     ratio = statistics.median(ratios)
     print(f"\n# target: throughput from shards >= 0.95x from memory (median of per-repeat ratios): {ratio:.3f}x -> {'MET' if ratio >= 0.95 else 'MISSED'}")
     shutil.rmtree(tmp, ignore_errors=True)
