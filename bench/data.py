@@ -22,7 +22,8 @@ whose state is in the checkpoint. The checkpoints come from one training run of 
 
 `--shards`: tokens per second of the language-model recipe (`bench/lm.py`'s: GPT 4x192, fused AdamW, warm-up + cosine, bf16,
 clipping, batches of 32 blocks of 128 tokens) reading its blocks from an in-memory tensor (`text_dataloaders`) against token shards on
-disk (`text_dataloaders(shards=...)`, `ShardLoader`'s random blocks), interleaved.
+disk (`text_dataloaders(shards=...)`, `ShardLoader`'s random blocks), interleaved; timed in this process's CPU seconds (all its
+threads), which other jobs on the machine do not add to; then each loader alone, 200 batches.
 
 `--memory`: the peak memory (ru_maxrss) of a process that trains the same recipe for `--batches` batches from a generated token
 corpus of 100 MB and of 2 GB (uint16 ids in shards of 64 MiB), and of the process that wrote it; the corpora are deleted after.
@@ -211,10 +212,12 @@ def resume_bench(args):
     shutil.rmtree(tmp, ignore_errors=True)
 
 # ---------------------------------------------------------------- --shards and --memory: the language-model recipe
-def lm_trainer_time(model, dls, n):
-    "bench/lm.py's aisaac variant: seconds per batch of the recipe over `n` batches"
+def lm_trainer_time(model, dls, n, cpu=False):
+    "bench/lm.py's aisaac variant: seconds per batch of the recipe over `n` batches (`cpu`: this process's CPU seconds, which other jobs do not add to)"
     import lm
-    return lm.aisaac(model, dls, n, torch.device('cpu'))
+    t0 = time.process_time()
+    wall = lm.aisaac(model, dls, n, torch.device('cpu'))
+    return (time.process_time() - t0) / n if cpu else wall
 
 def lm_model(vocab):
     import lm
@@ -239,13 +242,13 @@ def shards_bench(args):
         res = {}
         for k in random.sample(list(variants), 2):
             set_seed(100 + r)
-            res[k] = times[k].append(lm_trainer_time(copy.deepcopy(base), variants[k], n)) or times[k][-1]
+            res[k] = times[k].append(lm_trainer_time(copy.deepcopy(base), variants[k], n, cpu=True)) or times[k][-1]
         ratios.append(res['in-memory tensor'] / res['token shards'])
-        print(f"#   repeat {r + 1}: in memory {res['in-memory tensor'] * 1e3:.1f} ms, shards {res['token shards'] * 1e3:.1f} ms per batch, "
+        print(f"#   repeat {r + 1}: in memory {res['in-memory tensor'] * 1e3:.1f} ms, shards {res['token shards'] * 1e3:.1f} ms CPU per batch, "
               f"throughput ratio {ratios[-1]:.3f}", flush=True)
     print(f"\n# the language-model recipe (bench/lm.py's aisaac variant: GPT 4x192, fused AdamW, warm-up + cosine, bf16, clipping), "
           f"{lm.BS} blocks of {lm.T} tokens, {repeats} repeats of {n} batches, interleaved\n# {machine()}\n")
-    print("| blocks from | tokens/s | ms/batch |\n|---|---|---|")
+    print("| blocks from | tokens per CPU second | CPU ms/batch |\n|---|---|---|")
     for k, ts in times.items(): print(f"| {k} | {lm.BS * lm.T / statistics.median(ts):,.0f} | {statistics.median(ts) * 1e3:.1f} |")
     for k, dls in variants.items():  # the loader alone: what it adds to a batch
         it, t0 = iter(dls.train), time.perf_counter()

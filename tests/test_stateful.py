@@ -77,28 +77,35 @@ def test_a_stateful_dataloader_with_2_workers_resumes_mid_epoch_without_fetching
     assert int(ds.fetched[trained].sum()) == 0  # none fetched again
     assert int(ds.fetched.max()) == 1 and all(ds.fetched[r] == 1 for b in resumed for r in b)  # the rest once (and what the workers prefetched)
 
-def test_an_hf_iterable_dataset_resumes_from_its_state(tmp_path):
+@pytest.mark.parametrize('workers', [0, 2])
+def test_an_hf_iterable_dataset_resumes_from_its_state(tmp_path, workers):
+    "In the main process (a torch `DataLoader`: the dataset says its state), or in 2 workers (a `StatefulDataLoader` keeps each one's)"
     datasets = pytest.importorskip('datasets')
-    counts = {'n': 0}
+    if workers: pytest.importorskip('torchdata.stateful_dataloader')
+    fetched = torch.zeros(N, dtype=torch.int32).share_memory_()  # (counted in the workers too)
     def count(row):
-        counts['n'] += 1
+        fetched[int(round(row['x'][0] * N))] += 1
         return row
     def make():
         g = torch.Generator().manual_seed(0)
         x, y = torch.randn(N, 4, generator=g), torch.randn(N, 1, generator=g)
         x[:, 0] = torch.arange(N) / N
-        ds = datasets.Dataset.from_dict({'x': x.tolist(), 'y': y.tolist()}).to_iterable_dataset(num_shards=1).map(count).with_format('torch')
-        return DataLoader(ds, batch_size=BS, collate_fn=lambda rows: (torch.stack([r['x'] for r in rows]), torch.stack([r['y'] for r in rows]))), ds
+        ds = datasets.Dataset.from_dict({'x': x.tolist(), 'y': y.tolist()}).to_iterable_dataset(num_shards=4).map(count).with_format('torch')
+        collate = lambda rows: (torch.stack([r['x'] for r in rows]), torch.stack([r['y'] for r in rows]))
+        if not workers: return DataLoader(ds, batch_size=BS, collate_fn=collate), ds
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        return StatefulDataLoader(ds, batch_size=BS, collate_fn=collate, num_workers=workers), ds
     t, seen, _ = trainer(make, CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
     t.fit(2, lr=0.1, valid=False)
-    counts['n'] = 0
+    fetched.zero_()
     r, rseen, _ = trainer(make)
     with warnings.catch_warnings():
         warnings.filterwarnings('error', message='Resuming inside')
         r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
     assert rseen.batches == seen.batches[12 + 5:]
     for a, b in zip(weights(t), weights(r)): torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert counts['n'] == (12 - 5) * BS  # before: the 5 batches trained were read again (the whole epoch, 96 rows)
+    trained = sum(seen.batches[12:17], [])
+    assert int(fetched[trained].sum()) == 0 and int(fetched.sum()) == (12 - 5) * BS  # before: the 5 batches trained were read again
 
 def test_a_tensor_loader_resumes_from_its_state(tmp_path):
     def make():
