@@ -9,7 +9,7 @@ __all__ = ['loader_generators', 'skip_batches', 'state_part', 'loader_state', 'l
            'own_loader_state', 'resume_iter', 'Resumed']
 
 # %% ../nbs/25_loaders.ipynb #584a948e
-import warnings
+import datetime, io, warnings
 import torch
 from .clock import _order_parts
 from .ranks import _store, _world_size
@@ -105,25 +105,26 @@ def loader_states(dl, # this process's training loader
                   wait:float=10.): # seconds the main process waits for each other's state (they save at the same batch)
     "Every process's `loader_state(dl)`, by rank, on the main process (`None` on the others, which post theirs); `None` when none can say"
     own, world = loader_state(dl), _world_size()
+    if own is None: return None  # (every process's loader is built the same way: none can say)
     store = _store() if world > 1 else None
-    if store is None: return None if own is None else [own]
-    import pickle, datetime
+    if store is None: return [own]
     key = lambda r: f'aisaac/loader/{tag}/{r}'
-    rank = torch.distributed.get_rank()
     if not main:
-        store.set(key(rank), pickle.dumps(own))
+        buf = io.BytesIO()
+        torch.save(own, buf)
+        store.set(key(torch.distributed.get_rank()), buf.getvalue())
         return None
     res = [own] + [None] * (world - 1)
     for r in range(1, world):
         try:
             store.wait([key(r)], datetime.timedelta(seconds=wait))
-            res[r] = pickle.loads(store.get(key(r)))
+            res[r] = torch.load(io.BytesIO(store.get(key(r))), weights_only=True)  # (tensors and plain values, as in the checkpoint)
             store.delete_key(key(r))
         except Exception:  # (that process did not save this checkpoint: it replays on resume)
             warnings.warn(f"The training loader's state of process {r} did not come in {wait:g} s for the checkpoint {tag}: that process "
                           f"will replay its batches if the run resumes from it. Every process saves at the same batch with `CheckpointCB` "
                           f"every so many steps or batches (not seconds)")
-    return None if all(s is None for s in res) else res
+    return res
 
 def own_loader_state(states): # a checkpoint's loader states, by rank (or `None`)
     "This process's loader state among `states`, or `None` (none kept, or kept by a run of another number of processes)"
