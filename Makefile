@@ -25,7 +25,7 @@ RUN_ARGS  ?=
 LAB_ARGS  ?=
 # The extras installed into .venv: `dev` (nbdev, pytest...) and the optional packages the tests need
 # (`docs`: nbclient and ipykernel, to run the notebooks in a real Jupyter kernel).
-EXTRAS    ?= dev,docs,text,tensorboard,mlflow,onnx,accelerate,transformers,wandb,peft
+EXTRAS    ?= dev,docs,text,tensorboard,mlflow,onnx,accelerate,transformers,wandb,peft,stateful
 # Pages of the rendered site that `make shots` screenshots (paths relative to _docs/).
 PAGES     ?= index.html tutorials/callbacks.html trainer.html
 

@@ -35,6 +35,7 @@ from .clock import *
 from .steps import *
 from .logs import *
 from .ranks import *
+from .loaders import *
 from .persist import *
 from .dcp import *
 from .checkpoint import *
@@ -43,6 +44,7 @@ from .testing import *
 from .data import *
 from .collate import *
 from .learner import *
+from .shards import *
 from .text import *
 from .sft import *
 from .hf import *
@@ -77,7 +79,7 @@ from .callbacks.averaging import *
 from .callbacks.spikes import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, trainer, testing, data, collate, learner, shards, text, sft, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -105,6 +107,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     steps,
     logs,
     ranks,
+    loaders,
     persist,
     dcp,
     checkpoint,
@@ -113,6 +116,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     data,
     collate,
     learner,
+    shards,
     text,
     sft,
     hf,

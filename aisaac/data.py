@@ -23,6 +23,7 @@ from datasets.fingerprint import Hasher
 from fastcore.basics import store_attr, patch
 from . import __version__
 from .dispatch import CallbackMixin
+from .loaders import EpochPlace
 
 # %% ../nbs/30_data.ipynb #f821db0d
 _idx_dtypes = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
@@ -214,8 +215,8 @@ def collate_dict(ds): # the dataset whose features give the order of the tuple
     return _f
 
 # %% ../nbs/30_data.ipynb #bea7e5f1
-class TensorLoader:
-    "Batches of rows of `tensors`, drawn by index slicing, as tuples; each batch is a copy, never a view of `tensors`"
+class TensorLoader(EpochPlace):
+    "Batches of rows of `tensors`, drawn by index slicing, as tuples; each batch is a copy, never a view of `tensors`; its place in the epoch is its `state_dict`"
     def __init__(self, *tensors:torch.Tensor, # tensors with the same first dimension, e.g. `x` and `y`
                  bs:int=64, # batch size
                  shuffle:bool=False, # draw a new random order every epoch
@@ -243,11 +244,13 @@ class TensorLoader:
     def __len__(self): return self.n // self.bs if self.drop_last else math.ceil(self.n / self.bs)
 
     def __iter__(self):
-        if self.shuffle: idxs = torch.randperm(self.n, generator=self.generator).to(self.tensors[0].device)
-        for i in range(0, len(self) * self.bs, self.bs):  # `index_select` copies; a slice would be a view, so it is cloned
+        g, first = self._start_epoch(self.generator)  # (a loaded state: its epoch's order, from its batch)
+        if self.shuffle: idxs = torch.randperm(self.n, generator=g).to(self.tensors[0].device)
+        for i in range(first * self.bs, len(self) * self.bs, self.bs):  # `index_select` copies; a slice would be a view, so it is cloned
             b = tuple(t.index_select(0, idxs[i:i+self.bs]) if self.shuffle else t[i:i+self.bs].clone() for t in self.tensors)
             if self.tfm is not None: b = self.tfm(b)
             if self.pin_memory: b = tuple(o.pin_memory() if isinstance(o, torch.Tensor) and o.device.type == 'cpu' else o for o in b)
+            self._gave()
             yield b  # pinned after `tfm`, so that what `DeviceCB` copies is pinned
 
 # %% ../nbs/30_data.ipynb #1ea52d4d

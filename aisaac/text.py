@@ -6,10 +6,11 @@ Docs: https://aisaac-dev.github.io/aisaac/text.html.md"""
 
 # %% auto #0
 __all__ = ['TEXT_DIR', 'EOT', 'text_dir', 'read_fortunes', 'load_text_corpus', 'split_names', 'load_texts', 'train_tokenizer',
-           'TextTokenizer', 'as_tokenizer', 'pack_tokens', 'check_vocab', 'text_dataloaders', 'decode']
+           'TextTokenizer', 'as_tokenizer', 'pack_tokens', 'tokenize_to_shards', 'check_vocab', 'text_dataloaders',
+           'decode']
 
 # %% ../nbs/33_text.ipynb #1a0ab8c8
-import hashlib, json, os, re, warnings
+import hashlib, json, os, re, shutil, warnings
 from functools import partial
 from pathlib import Path
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 import datasets
 from datasets import Dataset, DatasetDict
 from .data import DataLoaders, TensorLoader, DataNotFoundError, cache_dir, _write_cache
+from .shards import ShardError, ShardLoader, TokenShards, write_token_shards
 
 # %% ../nbs/33_text.ipynb #ca0fe979
 TEXT_DIR = '/usr/share/games/fortunes'
@@ -264,6 +266,42 @@ def pack_tokens(texts, # the texts (a list, or a split with a text column)
     if n == 0: raise ValueError(f"The texts hold {len(ids)} tokens, fewer than one block of {block_size + 1}: give more text or a smaller `block_size`")
     return ids[:n * (block_size + 1)].view(n, block_size + 1)
 
+# %% ../nbs/33_text.ipynb #0f87847e
+def _source_key(texts, column, key):
+    "What names `texts` in the shards' cache: `key`, a split's fingerprint, or a list's hash"
+    if key is not None: return f'key:{key}'
+    if isinstance(texts, Dataset): return f'{texts._fingerprint}:{column}'
+    if isinstance(texts, datasets.IterableDataset):
+        raise ValueError("A streaming dataset has no fingerprint to find its token shards by: give `key=`, a name for the corpus and its "
+                         "version (e.g. `key='my-corpus-v1'`), and the shards are written once and read again next time")
+    return _digest(*_texts(texts, column))
+
+def _text_batches(texts, column, n=1000):
+    "The texts of `texts` (a list, a split or a streaming dataset), `n` at a time"
+    if isinstance(texts, (Dataset, datasets.IterableDataset)):
+        if texts.column_names is not None and column not in texts.column_names:
+            raise KeyError(f"The data has no column {column!r}; its columns are {texts.column_names}: pass `column=` the one holding the text")
+        for b in texts.select_columns([column]).iter(batch_size=n): yield b[column]
+    else:
+        for i in range(0, len(texts), n): yield list(texts[i:i + n])
+
+def tokenize_to_shards(texts, # the texts: a list, a split with a text column, or a streaming (iterable) Hugging Face dataset
+                       tokenizer, # any tokenizer `as_tokenizer` takes, with an end-of-text token
+                       path=None, # the folder that holds the shard folders; default `cache_dir()/'shards'`
+                       shard_tokens:int=2**24, # ids per shard file
+                       cache:bool=True, # read the shards written before for the same texts and tokenizer (else write them again)
+                       column:str='text', # the text column of a split
+                       key:str=None): # names the texts in the cache instead of their fingerprint or hash (a streaming dataset needs one)
+    "The texts' tokens, each text followed by the end-of-text token, in token shards on disk (`TokenShards`), written once and found again by a key of the texts and the tokenizer"
+    tok = as_tokenizer(tokenizer)
+    dest = Path(path or cache_dir()/'shards')/f"tokens-{_digest(tok.digest(), _source_key(texts, column, key), shard_tokens)}"
+    if dest.exists() and cache:
+        try: return TokenShards(dest)
+        except ShardError as e: warnings.warn(f"Ignoring the token shards {dest}: {e}. Tokenizing again")
+    if dest.exists(): shutil.rmtree(dest)
+    ids = ([i for enc in tok.encode_batch(b) for i in (*enc, tok.eot_id)] for b in _text_batches(texts, column))
+    return write_token_shards(ids, dest, tok.vocab_size, shard_tokens, meta={'eot_id': tok.eot_id, 'tokenizer': tok.digest(), 'key': key})
+
 # %% ../nbs/33_text.ipynb #c87ba3f0
 class _Split:
     "A batch of blocks as a dict: inputs and next tokens (or, `hf`, the whole block twice: the model shifts)"
@@ -300,12 +338,20 @@ def text_dataloaders(dsd:DatasetDict, # a training and a validation split with a
                      cache:bool=True, # cache the token streams
                      column:str='text', # the column holding the text
                      train_split:str='train', # the training split's name
-                     valid_split:str=None): # the validation split's name; default the first of `valid`, `validation`, `test`
-    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch; `check_model` refuses a model too small for the tokenizer"
+                     valid_split:str=None, # the validation split's name; default the first of `valid`, `validation`, `test`
+                     shards=None, # train from token shards on disk (`tokenize_to_shards`), memory flat: `True` (in the cache) or a folder; streaming splits always do
+                     key:str=None): # with `shards`: names the corpus in the shards' cache (a streaming dataset needs one)
+    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch (random blocks, from shards); `check_model` refuses a model too small for the tokenizer"
     tr, va = split_names(dsd, train_split, valid_split)
-    tr, va = (pack_tokens(dsd[k], tokenizer, block_size, cache, column) for k in (tr, va))
-    dls = DataLoaders(TensorLoader(tr, bs=bs, shuffle=True, seed=seed, device=device, tfm=_Split(hf_labels)),
-                      TensorLoader(va, bs=bs, device=device, tfm=_Split(hf_labels)))
+    if shards or any(isinstance(dsd[k], datasets.IterableDataset) for k in (tr, va)):
+        root = None if shards in (None, True) else shards
+        tr, va = (tokenize_to_shards(dsd[k], tokenizer, root, cache=cache, column=column, key=key and f'{key}/{k}') for k in (tr, va))
+        dls = DataLoaders(ShardLoader(tr, block_size, bs, shuffle=True, seed=seed, tfm=_Split(hf_labels)),
+                          ShardLoader(va, block_size, bs, tfm=_Split(hf_labels)))
+    else:
+        tr, va = (pack_tokens(dsd[k], tokenizer, block_size, cache, column) for k in (tr, va))
+        dls = DataLoaders(TensorLoader(tr, bs=bs, shuffle=True, seed=seed, device=device, tfm=_Split(hf_labels)),
+                          TensorLoader(va, bs=bs, device=device, tfm=_Split(hf_labels)))
     dls.tokenizer, dls.block_size = tokenizer, block_size
     dls.check_model = partial(check_vocab, vocab_size=as_tokenizer(tokenizer).vocab_size)  # called by `BasicTrainCB` when a pass starts
     return dls

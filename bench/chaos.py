@@ -15,6 +15,10 @@ line for line (rows lost: in the reference, not in the trial; duplicated: in the
 the results file's records (one run, the same events and metrics; its times differ) and TensorBoard's scalars as
 TensorBoard reads them.
 
+`--loader stateful`: the training loader is torchdata's `StatefulDataLoader` with 2 worker processes (its state in the
+checkpoints, as `TensorLoader`'s is by default); `--loader shards`: a small language model (an embedding and a linear layer,
+dropout) on `ShardLoader`'s random blocks of token shards written once for all the trials.
+
 `--procs 2`: the same on two processes (torchrun, gloo, `DistributedDataParallel`, a `DistributedSampler` without
 shuffling, no dropout: no random draw differs between the processes), where the main process writes the checkpoints and
 the logs; a kill hits one process drawn at random (torchrun then stops the other), and the restart of both resumes from
@@ -38,13 +42,37 @@ def synthetic(torch):
     label = lambda x: (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 1).long()
     return x, label(x), xv, label(xv)
 
+LOADER = 'tensor'  # the training loader (`--loader`): each says its state, which the checkpoints keep
+
+def loaders(torch, nn, out):
+    "The run's loaders and model: an MLP on `synthetic` from a `TensorLoader` or a `StatefulDataLoader` (2 workers); or a small language model from token shards"
+    from aisaac.data import DataLoaders, TensorLoader
+    x, y, xv, yv = synthetic(torch)
+    mlp = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 3))
+    if LOADER == 'tensor': return DataLoaders(TensorLoader(x, y, bs=64, shuffle=True, seed=1), TensorLoader(xv, yv, bs=256)), mlp
+    if LOADER == 'stateful':
+        import warnings
+        from torch.utils.data import TensorDataset
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        warnings.filterwarnings('ignore', message='.*set_vital')
+        return DataLoaders(StatefulDataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, num_workers=2,
+                                              generator=torch.Generator().manual_seed(1)), TensorLoader(xv, yv, bs=256)), mlp
+    from aisaac.shards import ShardLoader, TokenShards, write_token_shards  # 'shards': 4,096 blocks of 17 ids of a 32-token vocabulary
+    g = torch.Generator().manual_seed(0)
+    for name, n in (('train', 4096), ('valid', 256)):
+        if not (out.parent/f'shards_{name}').exists():  # (written once for all the trials, atomically: a kill leaves none)
+            write_token_shards([torch.randint(0, 32, (n * 17,), generator=g)], out.parent/f'shards_{name}', vocab_size=32, shard_tokens=20_000)
+    tfm = lambda b: (b[0][:, :-1], b[0][:, 1:].flatten())
+    return (DataLoaders(ShardLoader(TokenShards(out.parent/'shards_train'), 16, 16, shuffle=True, seed=1, tfm=tfm),
+                        ShardLoader(TokenShards(out.parent/'shards_valid'), 16, 64, tfm=tfm)),
+            nn.Sequential(nn.Embedding(32, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 32), nn.Flatten(0, 1)))
+
 def child(out:Path, steps:int):
     "The training run: resumes from the newest whole checkpoint in `out/ckpt`, if any; writes `out/final.pt` at the end"
     import torch
     from torch import nn
     from aisaac.core.callback import Callback
     from aisaac.trainer import Trainer
-    from aisaac.data import DataLoaders, TensorLoader
     from aisaac.utils import set_seed
     from aisaac.persist import atomic_save
     from aisaac.callbacks.train import BasicTrainCB
@@ -61,9 +89,7 @@ def child(out:Path, steps:int):
         tb = [TensorBoardLogger(out/'tb')]
     except ImportError: tb = []
     set_seed(0)
-    x, y, xv, yv = synthetic(torch)
-    dls = DataLoaders(TensorLoader(x, y, bs=64, shuffle=True, seed=1), TensorLoader(xv, yv, bs=256))
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 3))
+    dls, model = loaders(torch, nn, out)
     t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
                 callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
                            CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
@@ -112,7 +138,7 @@ def child_ddp(out:Path, steps:int):
 PROCS = 1
 
 def start(out, steps):
-    if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps)]
+    if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps), '--loader', LOADER]
     else: cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(PROCS), __file__,
                  '--child', str(out), '--steps', str(steps), '--procs', str(PROCS)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -215,17 +241,19 @@ def main():
     p.add_argument('--first', type=int, default=0, help='the first trial number (to replay one)')
     p.add_argument('--quick', action='store_true', help='3 trials of 2 kills (the tests); with --procs 2, 1 trial of 2 kills')
     p.add_argument('--procs', type=int, default=1, help='processes of the run (torchrun, gloo, DDP): 1 or 2')
+    p.add_argument('--loader', choices=['tensor', 'stateful', 'shards'], default='tensor',
+                   help="the training loader (one process): TensorLoader, torchdata's StatefulDataLoader with 2 workers, or ShardLoader")
     p.add_argument('--json', type=Path, help='also write the figures and every trial as JSON here')
     p.add_argument('--keep', action='store_true', help='keep the folders of the trials (printed)')
     a = p.parse_args()
-    global PROCS
-    PROCS = a.procs
+    global PROCS, LOADER
+    PROCS, LOADER = a.procs, a.loader
     if a.child: return (child if a.procs == 1 else child_ddp)(a.child, a.steps)
     if a.quick: a.trials, a.kills = (3, 2) if a.procs == 1 else (1, 2)
     base = Path(tempfile.mkdtemp(prefix='aisaac-chaos-'))
     ref = base/'reference'
     train_secs = run_once(ref, a.steps)
-    print(f"# bench/chaos.py: {a.procs} process(es), {a.trials} trials of {a.kills} SIGKILLs, {a.steps} steps, checkpoints every {EVERY} (keep 3), "
+    print(f"# bench/chaos.py: {a.procs} process(es), {'' if a.procs > 1 else f'loader {a.loader}, '}{a.trials} trials of {a.kills} SIGKILLs, {a.steps} steps, checkpoints every {EVERY} (keep 3), "
           f"seed {a.seed}; the uninterrupted run trains in {train_secs:.2f} s", flush=True)
     trials = []
     for i in range(a.first, a.first + a.trials):

@@ -1,0 +1,156 @@
+"""Loaders that say their state resume at once: the checkpoint keeps the training loader's `state_dict` and a resume gives it back,
+instead of fetching every batch already trained and dropping it. torchdata's `StatefulDataLoader` with 2 worker processes, a Hugging
+Face iterable dataset and aisaac's `TensorLoader` resume inside an epoch (in a run of epochs and in one measured in steps) with the
+uninterrupted run's batches and weights, and fetch none of the batches trained before the checkpoint (before: all of them). A loader
+that cannot say its state still replays, and says so once, naming itself and the batches it replays."""
+import types, warnings
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from aisaac.core.callback import Callback
+from aisaac.trainer import Trainer
+from aisaac.data import TensorLoader
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.savers import CheckpointCB
+
+torch.set_num_threads(1)
+N, BS = 96, 8  # 12 batches an epoch
+
+class Rows(Dataset):
+    "Rows `(x, y)`; counts the fetches of each row in shared memory, so that worker processes' fetches count too"
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(N, 4, generator=g), torch.randn(N, 1, generator=g)
+        self.x[:, 0] = torch.arange(N) / N  # the row's number (over N), to see which rows a batch holds
+        self.fetched = torch.zeros(N, dtype=torch.int32).share_memory_()
+    def __len__(self): return N
+    def __getitem__(self, i):
+        self.fetched[i] += 1
+        return self.x[i], self.y[i]
+
+class Seen(Callback):
+    "The training batches, as the numbers of their rows"
+    def __init__(self): self.batches = []
+    def after_dataloader(self, t):
+        if t.model.training: self.batches.append(rows(t.batch[0]))
+
+def stateful_loader(workers=2):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    ds = Rows()
+    return StatefulDataLoader(ds, batch_size=BS, shuffle=True, num_workers=workers), ds
+
+def plain_loader(workers=2):
+    ds = Rows()
+    return DataLoader(ds, batch_size=BS, shuffle=True, num_workers=workers), ds
+
+def trainer(make, *cbs):
+    torch.manual_seed(0)  # the model's weights, and the seed a `StatefulDataLoader`'s sampler draws
+    dl, ds = make()
+    seen = Seen()
+    t = Trainer(types.SimpleNamespace(train=dl, valid=[]), nn.MSELoss(), torch.optim.SGD, nn.Linear(4, 1), callbacks=[BasicTrainCB(), seen, *cbs])
+    return t, seen, ds
+
+def rows(x): return (x[:, 0] * N).round().long().tolist()
+
+def weights(t): return [p.detach().clone() for p in t.model.parameters()]
+
+def run_and_resume(make, tmp_path, fit, ckpt):
+    "The uninterrupted run and the one resumed from its checkpoint `ckpt`: (uninterrupted's batches, resumed's, their weights, resumed's dataset)"
+    every = {'every': '1 steps'} if 'steps' in fit else {'every_n_batches': 1}
+    t, seen, _ = trainer(make, CheckpointCB(tmp_path, every_n_epochs=None, keep_last=None, **every))
+    t.fit(lr=0.1, valid=False, **fit)
+    r, rseen, rds = trainer(make)
+    r.fit(lr=0.1, valid=False, resume_from=tmp_path/ckpt, **fit)
+    return seen.batches, rseen.batches, (weights(t), weights(r)), rds
+
+@pytest.mark.parametrize('fit, ckpt, done', [({'n_epochs': 2}, 'checkpoint_0001_000005.pt', 12 + 5),
+                                              ({'steps': 20, 'valid_every': 10}, 'checkpoint_step_000015.pt', 15)])
+def test_a_stateful_dataloader_with_2_workers_resumes_mid_epoch_without_fetching_the_batches_trained(tmp_path, fit, ckpt, done):
+    pytest.importorskip('torchdata.stateful_dataloader')
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='Resuming inside')  # no replay warning
+        batches, resumed, (w, rw), ds = run_and_resume(stateful_loader, tmp_path, fit, ckpt)
+    assert resumed == batches[done:]
+    for a, b in zip(w, rw): torch.testing.assert_close(a, b, rtol=0, atol=0)
+    trained = sum(batches[done - done % 12:done], [])  # the rows of this epoch's batches trained before the checkpoint
+    assert int(ds.fetched[trained].sum()) == 0  # none fetched again
+    assert int(ds.fetched.max()) == 1 and all(ds.fetched[r] == 1 for b in resumed for r in b)  # the rest once (and what the workers prefetched)
+
+@pytest.mark.parametrize('workers', [0, 2])
+def test_an_hf_iterable_dataset_resumes_from_its_state(tmp_path, workers):
+    "In the main process (a torch `DataLoader`: the dataset says its state), or in 2 workers (a `StatefulDataLoader` keeps each one's)"
+    datasets = pytest.importorskip('datasets')
+    if workers: pytest.importorskip('torchdata.stateful_dataloader')
+    fetched = torch.zeros(N, dtype=torch.int32).share_memory_()  # (counted in the workers too)
+    def count(row):
+        fetched[int(round(row['x'][0] * N))] += 1
+        return row
+    def make():
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(N, 4, generator=g), torch.randn(N, 1, generator=g)
+        x[:, 0] = torch.arange(N) / N
+        ds = datasets.Dataset.from_dict({'x': x.tolist(), 'y': y.tolist()}).to_iterable_dataset(num_shards=4).map(count).with_format('torch')
+        collate = lambda rows: (torch.stack([r['x'] for r in rows]), torch.stack([r['y'] for r in rows]))
+        if not workers: return DataLoader(ds, batch_size=BS, collate_fn=collate), ds
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        return StatefulDataLoader(ds, batch_size=BS, collate_fn=collate, num_workers=workers), ds
+    t, seen, _ = trainer(make, CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
+    t.fit(2, lr=0.1, valid=False)
+    fetched.zero_()
+    r, rseen, _ = trainer(make)
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='Resuming inside')
+        r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
+    assert rseen.batches == seen.batches[12 + 5:]
+    for a, b in zip(weights(t), weights(r)): torch.testing.assert_close(a, b, rtol=0, atol=0)
+    trained = sum(seen.batches[12:17], [])
+    assert int(fetched[trained].sum()) == 0 and int(fetched.sum()) == (12 - 5) * BS  # before: the 5 batches trained were read again
+
+def test_a_tensor_loader_resumes_from_its_state(tmp_path):
+    def make():
+        ds = Rows()
+        return TensorLoader(ds.x, ds.y, bs=BS, shuffle=True), ds
+    batches, resumed, (w, rw), _ = run_and_resume(make, tmp_path, {'n_epochs': 2}, 'checkpoint_0001_000005.pt')
+    assert resumed == batches[17:]
+    for a, b in zip(w, rw): torch.testing.assert_close(a, b, rtol=0, atol=0)
+    tl, _ = make()
+    it = iter(tl); [next(it) for _ in range(5)]
+    state, rest = tl.state_dict(), [rows(b[0]) for b in it]
+    again, _ = make()
+    again.load_state_dict(state)
+    assert [rows(b[0]) for b in again] == rest  # the same order, from the 6th batch, with no batch drawn before
+
+def test_a_loader_that_cannot_say_its_state_replays_and_says_so_naming_itself(tmp_path):
+    t, seen, _ = trainer(plain_loader, CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
+    t.fit(2, lr=0.1, valid=False)
+    r, rseen, rds = trainer(plain_loader)
+    with pytest.warns(UserWarning) as record: r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
+    notes = [str(w.message) for w in record if 'replays' in str(w.message)]
+    assert len(notes) == 1, notes
+    assert 'replays 5 batches of the training loader `DataLoader` with 2 worker processes over a `Rows`' in notes[0]
+    assert 'StatefulDataLoader' in notes[0]
+    assert rseen.batches == seen.batches[17:]  # still exact
+    assert int(rds.fetched.sum()) == N  # the replay fetched the 5 batches trained, and dropped them
+
+def test_a_dataloader_without_workers_skips_by_index_and_says_nothing(tmp_path):
+    t, seen, _ = trainer(lambda: plain_loader(0), CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
+    t.fit(2, lr=0.1, valid=False)
+    r, rseen, rds = trainer(lambda: plain_loader(0))
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='Resuming inside')
+        r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
+    assert rseen.batches == seen.batches[17:] and int(rds.fetched.sum()) == (12 - 5) * BS
+
+def test_a_stateful_dataloader_over_a_distributed_sampler_resumes_in_its_epochs_order(tmp_path):
+    "The sampler is told the epoch (`set_sampler_epoch`) before the loader's state fast-forwards it: epoch 1's order, from batch 5"
+    pytest.importorskip('torchdata.stateful_dataloader')
+    from torch.utils.data import DistributedSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    def make():
+        ds = Rows()
+        return StatefulDataLoader(ds, batch_size=BS, sampler=DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=0), num_workers=2), ds
+    batches, resumed, (w, rw), ds = run_and_resume(make, tmp_path, {'n_epochs': 2}, 'checkpoint_0001_000005.pt')
+    assert batches[:12] != batches[12:]  # each epoch its own order
+    assert resumed == batches[17:] and int(ds.fetched.sum()) == (12 - 5) * BS
+    for a, b in zip(w, rw): torch.testing.assert_close(a, b, rtol=0, atol=0)
