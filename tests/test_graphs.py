@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 from aisaac.core.callback import Callback, CancelBatchException, CancelStepException
+from aisaac.data import DataLoaders
 from aisaac.callbacks.schedule import (OneCycleSchedulerCB, WarmupCosineSchedulerCB, BatchSchedulerCB, EpochSchedulerCB,
                                        PlateauSchedulerCB)
 from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB
@@ -47,7 +48,7 @@ class SeenLR(Callback):
     def before_fit(self, t): self.seen = []
     def after_step(self, t): self.seen.append([(g['lr'], t.CUDAGraphCB.lr_tensors[i].item()) for i, g in enumerate(t.opt.param_groups)])
 
-SCHEDULERS = {'one cycle': lambda opt: OneCycleSchedulerCB(cycle_momentum=opt != 'SGD'),  # (Adam's betas cycle; SGD's momentum cannot)
+SCHEDULERS = {'one cycle': lambda opt: OneCycleSchedulerCB(cycle_momentum=False),  # (its momentum, or Adam's beta1, cannot be a tensor)
               'warm-up and cosine': lambda opt: WarmupCosineSchedulerCB(warmup=5),
               'torch, per batch': lambda opt: BatchSchedulerCB(functools.partial(torch.optim.lr_scheduler.ExponentialLR, gamma=0.97)),
               'torch, per epoch': lambda opt: EpochSchedulerCB(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)),
@@ -70,13 +71,15 @@ def test_every_scheduler_moves_the_learning_rate_through_its_tensors_per_group(s
     _, w_plain = fit(SCHEDULERS[sched](opt), **kw)
     torch.testing.assert_close(w, w_plain, rtol=1e-4, atol=1e-5)  # the float32 rate, and SGD's fused step
 
-def test_a_scheduler_that_moves_what_a_graph_holds_fixed_makes_the_fit_eager():
-    "One cycle cycles SGD's momentum, which a graph cannot read from a tensor: said, with the fix, and the rest runs eagerly"
-    with pytest.warns(GraphWarning, match=r"`momentum` \(parameter group 0\) went from 0.95 to .*cycle_momentum=False"):
-        t, w = fit(OneCycleSchedulerCB(), graphed(), opt_func=torch.optim.SGD)
+@pytest.mark.parametrize('opt, what', [('SGD', '`momentum`'), ('AdamW', '`betas`')])
+def test_a_scheduler_that_moves_what_a_graph_holds_fixed_makes_the_fit_eager(opt, what):
+    "One cycle cycles SGD's momentum and Adam's beta1, which a graph cannot read from a tensor: said, with the fix, and the rest runs eagerly"
+    opt_func = getattr(torch.optim, opt)
+    with pytest.warns(GraphWarning, match=what + r" \(parameter group 0\) went from .*Pass `OneCycleSchedulerCB\(cycle_momentum=False\)`"):
+        t, w = fit(OneCycleSchedulerCB(), graphed(), opt_func=opt_func)
     assert t.CUDAGraphCB.counts['captured'] == 0
-    torch.testing.assert_close(w, fit(OneCycleSchedulerCB(), opt_func=torch.optim.SGD)[1], rtol=1e-5, atol=1e-7)
-    t, _ = fit(OneCycleSchedulerCB(cycle_momentum=False), graphed(), opt_func=torch.optim.SGD)
+    torch.testing.assert_close(w, fit(OneCycleSchedulerCB(), opt_func=opt_func)[1], rtol=1e-5, atol=1e-7)
+    t, _ = fit(OneCycleSchedulerCB(cycle_momentum=False), graphed(), opt_func=opt_func)
     assert t.CUDAGraphCB.counts['captured'] > 0
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -197,6 +200,17 @@ def test_a_last_smaller_batch_gets_its_own_graph_after_its_warm_up(capsys):
     assert out.count('the training batches come in 2 shapes') == 1 and 'drop_last=True' in out, out
     assert t.CUDAGraphCB.counts['captured'] == 3 and torch.equal(w, fit(all_eager(), dls=dls(), n_epochs=5)[1])
 
+def test_batches_whose_shape_changes_every_batch_are_said_to_keep_the_fit_eager():
+    "Rows of 20 to 59 samples, never twice the same size in a row: after 16 shapes (twice `max_graphs`), a GraphWarning and the rest eager"
+    x, y = torch.randn(1000, 8), torch.randint(0, 3, (1000,))
+    sizes = [20 + (7 * i) % 40 for i in range(20)]  # 20 sizes, 790 rows
+    batches = [(x[sum(sizes[:i]):sum(sizes[:i + 1])], y[sum(sizes[:i]):sum(sizes[:i + 1])]) for i in range(len(sizes))]
+    dls = DataLoaders(batches, batches[:4])
+    with pytest.warns(GraphWarning, match=r'the batches came in 17 shapes \(their sizes change from batch to batch\?\).*pad or bucket'):
+        t, w = fit(graphed(), dls=dls, n_epochs=2)
+    assert t.CUDAGraphCB.counts == {'eager': 16}
+    torch.testing.assert_close(w, fit(dls=dls, n_epochs=2)[1], rtol=1e-4, atol=1e-5)  # (its first 16 steps read the rate from a float32 tensor)
+
 def test_unfreezing_makes_new_graphs():
     "A frozen first layer, unfrozen after 2 epochs: the graphs of the frozen model are left, new ones captured, the same weights as eagerly"
     class Unfreeze(Callback):
@@ -241,7 +255,7 @@ def test_a_graphed_fit_resumes_exactly_from_inside_an_epoch(tmp_path):
     "Stopped after training batch 3 of epoch 2 and resumed (warm-up and capture again): the uninterrupted graphed run's weights and losses"
     def run(*cbs, resume=None):
         losses = Losses()
-        t = make_trainer(OneCycleSchedulerCB(), GradAccumCB(2), losses, graphed(), *cbs)
+        t = make_trainer(OneCycleSchedulerCB(cycle_momentum=False), GradAccumCB(2), losses, graphed(), *cbs)
         t.fit(4, lr=1e-2, resume_from=resume)
         return t, losses
     t, losses = run()
@@ -253,10 +267,11 @@ def test_a_graphed_fit_resumes_exactly_from_inside_an_epoch(tmp_path):
     assert t.history.get_metric_values('valid_loss') == t2.history.get_metric_values('valid_loss')
 
 def test_a_checkpoint_of_a_graphed_fit_holds_plain_floats_and_resumes_eagerly(tmp_path):
-    "The groups' rates and betas are floats in the checkpoint (the tensors are only in `opt.step`); an eager fit resumes it, near the graphed run"
-    make_trainer(OneCycleSchedulerCB(), graphed(), StopAt(tmp_path/'g.pt', 1, 5)).fit(3, lr=1e-2)
+    "The groups' rates are floats in the checkpoint (the tensors are only in `opt.step`); an eager fit resumes it, near the graphed run"
+    sched = lambda: OneCycleSchedulerCB(cycle_momentum=False)
+    make_trainer(sched(), graphed(), StopAt(tmp_path/'g.pt', 1, 5)).fit(3, lr=1e-2)
     state = torch.load(tmp_path/'g.pt', weights_only=True)
-    assert all(isinstance(g['lr'], float) and isinstance(g['betas'][0], float) for g in state['opt']['param_groups'])
-    t = make_trainer(OneCycleSchedulerCB())
+    assert all(isinstance(g['lr'], float) for g in state['opt']['param_groups'])
+    t = make_trainer(sched())
     t.fit(3, lr=1e-2, resume_from=tmp_path/'g.pt')
-    torch.testing.assert_close(weights(t.model), fit(OneCycleSchedulerCB(), graphed(), n_epochs=3)[1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(weights(t.model), fit(sched(), graphed(), n_epochs=3)[1], rtol=1e-4, atol=1e-5)

@@ -8,13 +8,13 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphplan.html.md"""
 __all__ = ['step_events', 'batch_events', 'known_roles', 'graph_role', 'graph_plan', 'graph_problems', 'make_capturable',
            'CUDAGraphs', 'EagerGraphs']
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #e3d8f4dc
+# %% ../../nbs/callbacks/76_graphplan.ipynb #53544d4c
 import contextlib
 import torch
 import torch.distributed as dist
 from ..core.dispatch import handler
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #c6470331
+# %% ../../nbs/callbacks/76_graphplan.ipynb #0ff7e022
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward = ('before_backward', 'backward', 'after_backward')
 _step = ('before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad')
@@ -55,7 +55,7 @@ def graph_role(cb, # a callback
     role, why = d if isinstance(d, tuple) else (d, None)
     return (role.get(event, role.get('*')) if isinstance(role, dict) else role), why
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #ea3f4f8c
+# %% ../../nbs/callbacks/76_graphplan.ipynb #833b867c
 def graph_plan(trainer): # a trainer whose fit is starting
     "What a graphed fit does with each callback that runs every batch: `(refused, notes, captured, keep)`: `(name, why)` of those that keep it eager, names of the undeclared, the `(callback, event)` handlers a graph captures, whether one keeps the predictions"
     refused, notes, captured, keep = [], [], [], False
@@ -95,7 +95,7 @@ def make_capturable(opt, # the fit's optimizer
     for p, s in opt.state.items():  # a capturable step keeps its step count on the device (a checkpoint may have put it on the CPU)
         if cuda and isinstance(s.get('step'), torch.Tensor) and s['step'].device != p.device: s['step'] = s['step'].to(p.device, torch.float32)
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #f439b2a3
+# %% ../../nbs/callbacks/76_graphplan.ipynb #c27c883f
 class CUDAGraphs:
     "How `CUDAGraphCB` makes its graphs: `torch.cuda.CUDAGraph`s, each captured on its own memory pool, replayed on the current stream"
     def why_not(self, device:torch.device): # the model's device

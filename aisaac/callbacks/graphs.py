@@ -7,7 +7,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphs.html.md"""
 # %% auto #0
 __all__ = ['GraphWarning', 'CUDAGraphCB']
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #2ea3ec78
+# %% ../../nbs/callbacks/77_graphs.ipynb #c4230767
 import collections, contextlib, functools, warnings
 import torch
 from fastcore.basics import patch
@@ -15,7 +15,7 @@ from ..core.callback import Callback, CancelBatchException
 from ..core.dispatch import handler
 from .graphplan import _predict, _backward, _step, graph_plan, graph_problems, make_capturable, CUDAGraphs
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #50c340dc
+# %% ../../nbs/callbacks/77_graphs.ipynb #b00b3964
 class _Graph:
     "One captured step: its static inputs (`batch`), whether it steps the optimizer, its graph and outputs"
     def __init__(self, inputs, layout, step): self.inputs, self.batch, self.step, self.graph, self.preds, self.loss = inputs, _rebuild(layout, inputs), step, None, None, None
@@ -45,7 +45,7 @@ def _zeroing_in_place(opt):
     try: yield
     finally: del opt.zero_grad
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #a6e8ab44
+# %% ../../nbs/callbacks/77_graphs.ipynb #311d6839
 class GraphWarning(UserWarning): "`CUDAGraphCB` runs a fit, or the rest of it, eagerly, and says why"
 
 _eager_cost = "each batch's kernels launched one at a time from Python, which costs a launch-bound model (the tutorials' are) several times a replay"
@@ -87,8 +87,7 @@ class CUDAGraphCB(Callback):
         opt = self._optimizer = trainer.opt
         self._params = list(trainer.model.parameters())
         make_capturable(opt, dev.type == 'cuda')
-        self._hp = [[torch.zeros((), device=dev) for _ in range(3 if _mirrors_betas(g) else 1)] for g in opt.param_groups]
-        self._last = [None] * len(self._hp)
+        self._lrs, self._last = [torch.zeros((), device=dev) for _ in opt.param_groups], [None] * len(opt.param_groups)
         self._hooks = [opt.register_step_pre_hook(self._swap_in), opt.register_step_post_hook(self._swap_out)]
         self._graphs, self._seen, self._grads, self._ring, self._wrapped, self._keep = {}, {}, {}, None, [], keep
         self._captured = {(id(cb), ev) for cb, ev in captured}
@@ -98,7 +97,7 @@ class CUDAGraphCB(Callback):
         self.counts = collections.Counter()  # batches 'replayed' and run 'eager', graphs 'captured', in this fit
 
     @property
-    def lr_tensors(self): "The tensors on the device that the graphs read each parameter group's learning rate from"; return [ts[0] for ts in self._hp]
+    def lr_tensors(self): "The tensors on the device that the graphs read each parameter group's learning rate from"; return self._lrs
 
     def _say(self, msg, warn=True):
         "Say `msg`, once for this callback: a `GraphWarning` (its text kept in `why_eager` for the fit), or a printed note"
@@ -118,39 +117,30 @@ class CUDAGraphCB(Callback):
         setattr(cb, ev, captured)
         self._wrapped.append((cb, ev))
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #a942faee
-def _mirrors_betas(g): return isinstance(g.get('betas'), tuple) and not g.get('fused')
-
+# %% ../../nbs/callbacks/77_graphs.ipynb #ff71d2e5
 @patch
 def _snapshot(self:CUDAGraphCB, opt):
-    "The optimizer's settings a graph holds fixed (all but the learning rate and the betas), per group"
-    fixed = [k for k in opt.defaults if k not in ('lr', 'betas', 'foreach', 'fused', 'capturable', 'differentiable')]
+    "The optimizer's settings a graph holds fixed (all but the learning rate), per group"
+    fixed = [k for k in opt.defaults if k not in ('lr', 'foreach', 'fused', 'capturable', 'differentiable')]
     return [{k: g.get(k) for k in fixed} for g in opt.param_groups]
 
 @patch
 def _fill(self:CUDAGraphCB):
-    "Copy each group's learning rate (and betas) into its tensors, on the device, where they changed"
-    for i, (g, ts) in enumerate(zip(self._optimizer.param_groups, self._hp)):
-        if (v := (g['lr'], g.get('betas'))) != self._last[i]:
-            ts[0].fill_(v[0])
-            if len(ts) == 3: ts[1].fill_(v[1][0]); ts[2].fill_(v[1][1])
-            self._last[i] = v
+    "Copy each group's learning rate into its tensor, on the device, where it changed"
+    for i, (g, t) in enumerate(zip(self._optimizer.param_groups, self._lrs)):
+        if g['lr'] != self._last[i]: t.fill_(g['lr']); self._last[i] = g['lr']
 
 @patch
 def _swap_in(self:CUDAGraphCB, opt, args, kwargs):
     "Before a step: the groups hold the tensors (filled from the floats, unless capturing or replaying, where the replay fills them)"
     if not self._graphing: self._fill()
-    self._floats = [(g['lr'], g.get('betas')) for g in opt.param_groups]
-    for g, ts in zip(opt.param_groups, self._hp):
-        g['lr'] = ts[0]
-        if len(ts) == 3: g['betas'] = (ts[1], ts[2])
+    self._floats = [g['lr'] for g in opt.param_groups]
+    for g, t in zip(opt.param_groups, self._lrs): g['lr'] = t
 
 @patch
 def _swap_out(self:CUDAGraphCB, opt, args, kwargs):
     "After a step: the floats, which the schedulers and everyone else read, are back"
-    for g, (lr, betas) in zip(opt.param_groups, self._floats):
-        g['lr'] = lr
-        if betas is not None: g['betas'] = betas
+    for g, lr in zip(opt.param_groups, self._floats): g['lr'] = lr
 
 @patch
 def before_epoch(self:CUDAGraphCB, trainer):
@@ -159,7 +149,7 @@ def before_epoch(self:CUDAGraphCB, trainer):
 
 @patch
 def after_scheduler_step(self:CUDAGraphCB, trainer):
-    "A scheduler stepped: it may change only what the graphs read from tensors (the learning rate, Adam's betas)"
+    "A scheduler stepped: it may change only what the graphs read from tensors, the learning rate"
     if self._on: self._check_fixed(trainer)
 
 @patch
@@ -168,11 +158,11 @@ def _check_fixed(self:CUDAGraphCB, trainer):
         if moved := [k for k, v in fixed.items() if g.get(k) != v]:
             k = moved[0]
             return self._fall_back(trainer, f"the optimizer's `{k}` (parameter group {i}) went from {fixed[k]} to {g.get(k)} during the fit "
-                                            f"(a scheduler cycling it? OneCycleSchedulerCB cycles SGD's momentum), and a graph holds it fixed: "
-                                            f"only the learning rate and Adam's betas are read from tensors at each replay. Pass "
-                                            f"`OneCycleSchedulerCB(cycle_momentum=False)`, or use Adam or AdamW")
+                                            f"(a scheduler cycling it? OneCycleSchedulerCB cycles SGD's momentum and Adam's first "
+                                            f"beta), and a graph holds it fixed: only the learning rate is read from a tensor at each replay. Pass "
+                                            f"`OneCycleSchedulerCB(cycle_momentum=False)`")
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #d2e25a12
+# %% ../../nbs/callbacks/77_graphs.ipynb #09ce76c4
 @patch
 def before_batch(self:CUDAGraphCB, trainer):
     "Replay the graph of this batch's shape (captured once its first `warmup` batches ran eagerly); or let the batch run eagerly"
@@ -185,6 +175,9 @@ def before_batch(self:CUDAGraphCB, trainer):
            tuple([p.requires_grad for p in self._params]) if training else ())
     if (rec := self._graphs.get(key)) is None:
         n = self._seen[key] = self._seen.get(key, 0) + 1
+        if n == 1 and len(self._seen) > 2 * self.max_graphs:
+            return self._fall_back(trainer, f"the batches came in {len(self._seen)} shapes (their sizes change from batch to batch?), and a graph "
+                                            f"replays one shape: pad or bucket them to a few sizes, or use `drop_last=True`")
         if n <= self.warmup or len(self._graphs) >= self.max_graphs: return self._eager(trainer, key, warm=n <= self.warmup)
         if (rec := self._capture(trainer, key, leaves, layout, step)) is None: return  # it could not: eager from here on
     self._replay(trainer, rec, leaves)
@@ -275,7 +268,7 @@ def _make_ring(self:CUDAGraphCB, trainer, device):
     self._ring, self._count = torch.zeros(n + 1, device=device), torch.zeros((), dtype=torch.long, device=device)
     self._slots = self._ring.unbind(0)
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #4e3f6e75
+# %% ../../nbs/callbacks/77_graphs.ipynb #957edf70
 @patch
 def after_step(self:CUDAGraphCB, trainer):
     "A replayed batch's step is the graph's: a graph captured without a step cannot have one"
@@ -307,13 +300,13 @@ def cleanup_batch(self:CUDAGraphCB, trainer):
                            f"graph had already run its backward pass and optimizer step: a graphed fit cannot take them back. Cancel in "
                            f"`before_batch` (before the replay) or in `after_batch` (after the step), or fit without CUDAGraphCB")
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #beb15d35
+# %% ../../nbs/callbacks/77_graphs.ipynb #496389e0
 @patch
 def after_load_checkpoint(self:CUDAGraphCB, trainer):
     "The optimizer's state tensors are new: its step made capturable again, and every graph captured again (after warm-up batches)"
     if not self._on: return
-    make_capturable(self._optimizer, self._hp[0][0].device.type == 'cuda')
-    self._graphs, self._seen, self._last, self._fixed = {}, {}, [None] * len(self._hp), self._snapshot(self._optimizer)
+    make_capturable(self._optimizer, self._lrs[0].device.type == 'cuda')
+    self._graphs, self._seen, self._last, self._fixed = {}, {}, [None] * len(self._lrs), self._snapshot(self._optimizer)
 
 @patch
 def _fall_back(self:CUDAGraphCB, trainer, why, error=None):
@@ -331,8 +324,7 @@ def _tear_down(self:CUDAGraphCB, trainer):
         if getattr(cb.__dict__.get(ev), 'graphed', False): delattr(cb, ev)
     for h in self._hooks: h.remove()
     for g in self._optimizer.param_groups:
-        if isinstance(g['lr'], torch.Tensor): g['lr'] = float(g['lr'])
-        if isinstance(b := g.get('betas'), tuple) and isinstance(b[0], torch.Tensor): g['betas'] = tuple(float(v) for v in b)
+        if isinstance(g['lr'], torch.Tensor): g['lr'] = float(g['lr'])  # (a step that failed inside the capture)
     trainer.plans.clear()
     self._graphs = self._grads = self._ring = self._slots = None
 
