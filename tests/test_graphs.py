@@ -211,6 +211,15 @@ def test_batches_whose_shape_changes_every_batch_are_said_to_keep_the_fit_eager(
     assert t.CUDAGraphCB.counts == {'eager': 16}
     torch.testing.assert_close(w, fit(dls=dls, n_epochs=2)[1], rtol=1e-4, atol=1e-5)  # (its first 16 steps read the rate from a float32 tensor)
 
+def test_a_parameter_the_forward_does_not_use_is_left_alone_as_eagerly():
+    "A trainable parameter that gets no gradient: eagerly AdamW skips it (no gradient, no step); a graph must not give it a zero one and decay it"
+    class Spare(nn.Module):
+        def __init__(self): super().__init__(); self.net, self.spare = mlp(), nn.Parameter(torch.ones(5))
+        def forward(self, x): return self.net(x)
+    t, w = fit(graphed(), model=Spare, opt_func=torch.optim.AdamW)
+    assert t.CUDAGraphCB.counts['replayed'] > 0 and torch.equal(t.model.spare.detach(), torch.ones(5))
+    assert torch.equal(w, fit(all_eager(), model=Spare, opt_func=torch.optim.AdamW)[1])
+
 def test_unfreezing_makes_new_graphs():
     "A frozen first layer, unfrozen after 2 epochs: the graphs of the frozen model are left, new ones captured, the same weights as eagerly"
     class Unfreeze(Callback):

@@ -8,13 +8,13 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphplan.html.md"""
 __all__ = ['step_events', 'batch_events', 'known_roles', 'graph_role', 'graph_plan', 'graph_problems', 'make_capturable',
            'CUDAGraphs', 'EagerGraphs']
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #53544d4c
+# %% ../../nbs/callbacks/76_graphplan.ipynb #dd7afec6
 import contextlib
 import torch
 import torch.distributed as dist
 from ..core.dispatch import handler
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #0ff7e022
+# %% ../../nbs/callbacks/76_graphplan.ipynb #dead6ead
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward = ('before_backward', 'backward', 'after_backward')
 _step = ('before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad')
@@ -55,7 +55,7 @@ def graph_role(cb, # a callback
     role, why = d if isinstance(d, tuple) else (d, None)
     return (role.get(event, role.get('*')) if isinstance(role, dict) else role), why
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #833b867c
+# %% ../../nbs/callbacks/76_graphplan.ipynb #62c2daa2
 def graph_plan(trainer): # a trainer whose fit is starting
     "What a graphed fit does with each callback that runs every batch: `(refused, notes, captured, keep)`: `(name, why)` of those that keep it eager, names of the undeclared, the `(callback, event)` handlers a graph captures, whether one keeps the predictions"
     refused, notes, captured, keep = [], [], [], False
@@ -78,7 +78,8 @@ def graph_problems(trainer): # a trainer whose fit is starting
     if hasattr(m, '_orig_mod'): res.append(('the model', "is compiled (`CompileCB`): a whole-step graph does not capture `torch.compile`'s code yet"))
     if hooked := [n or type(m).__name__ for n, o in m.named_modules() if o._forward_hooks or o._forward_pre_hooks or o._backward_hooks]:
         res.append(('the model', f"has hooks on {', '.join(hooked[:3])}{' and more' if len(hooked) > 3 else ''} (ActivationStatsCB's, or another "
-                                 f"HooksCallback's?): Python that each forward runs, which a replay would not"))
+                                 f"HooksCallback's?): Python that each forward runs, which a replay would not (`CoreCBs(activation_stats=False)` "
+                                 f"leaves ActivationStatsCB out)"))
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1: res.append(('the fit', "runs on several processes, which is not graphed yet"))
     if not all('capturable' in g or 'fused' in g for g in trainer.opt.param_groups):
         res.append(('the optimizer', f"{type(trainer.opt).__name__} has neither a capturable nor a fused step, the two that read the learning rate from a tensor"))
@@ -95,7 +96,7 @@ def make_capturable(opt, # the fit's optimizer
     for p, s in opt.state.items():  # a capturable step keeps its step count on the device (a checkpoint may have put it on the CPU)
         if cuda and isinstance(s.get('step'), torch.Tensor) and s['step'].device != p.device: s['step'] = s['step'].to(p.device, torch.float32)
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #c27c883f
+# %% ../../nbs/callbacks/76_graphplan.ipynb #e1acd334
 class CUDAGraphs:
     "How `CUDAGraphCB` makes its graphs: `torch.cuda.CUDAGraph`s, each captured on its own memory pool, replayed on the current stream"
     def why_not(self, device:torch.device): # the model's device

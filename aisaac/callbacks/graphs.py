@@ -7,7 +7,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphs.html.md"""
 # %% auto #0
 __all__ = ['GraphWarning', 'CUDAGraphCB']
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #c4230767
+# %% ../../nbs/callbacks/77_graphs.ipynb #f9d6c8bf
 import collections, contextlib, functools, warnings
 import torch
 from fastcore.basics import patch
@@ -15,7 +15,7 @@ from ..core.callback import Callback, CancelBatchException
 from ..core.dispatch import handler
 from .graphplan import _predict, _backward, _step, graph_plan, graph_problems, make_capturable, CUDAGraphs
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #b00b3964
+# %% ../../nbs/callbacks/77_graphs.ipynb #7939b1c7
 class _Graph:
     "One captured step: its static inputs (`batch`), whether it steps the optimizer, its graph and outputs"
     def __init__(self, inputs, layout, step): self.inputs, self.batch, self.step, self.graph, self.preds, self.loss = inputs, _rebuild(layout, inputs), step, None, None, None
@@ -45,7 +45,7 @@ def _zeroing_in_place(opt):
     try: yield
     finally: del opt.zero_grad
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #311d6839
+# %% ../../nbs/callbacks/77_graphs.ipynb #146da7c1
 class GraphWarning(UserWarning): "`CUDAGraphCB` runs a fit, or the rest of it, eagerly, and says why"
 
 _eager_cost = "each batch's kernels launched one at a time from Python, which costs a launch-bound model (the tutorials' are) several times a replay"
@@ -93,7 +93,7 @@ class CUDAGraphCB(Callback):
         self._captured = {(id(cb), ev) for cb, ev in captured}
         for cb, ev in captured: self._wrap(cb, ev)
         trainer.plans.clear()  # (made again with the wrapped handlers)
-        self._on, self._dirty, self._n, self._fixed = True, False, 0, self._snapshot(opt)
+        self._on, self._dirty, self._n, self._fixed, self._used = True, False, 0, self._snapshot(opt), None
         self.counts = collections.Counter()  # batches 'replayed' and run 'eager', graphs 'captured', in this fit
 
     @property
@@ -117,7 +117,7 @@ class CUDAGraphCB(Callback):
         setattr(cb, ev, captured)
         self._wrapped.append((cb, ev))
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #ff71d2e5
+# %% ../../nbs/callbacks/77_graphs.ipynb #a05fc66c
 @patch
 def _snapshot(self:CUDAGraphCB, opt):
     "The optimizer's settings a graph holds fixed (all but the learning rate), per group"
@@ -133,7 +133,9 @@ def _fill(self:CUDAGraphCB):
 @patch
 def _swap_in(self:CUDAGraphCB, opt, args, kwargs):
     "Before a step: the groups hold the tensors (filled from the floats, unless capturing or replaying, where the replay fills them)"
-    if not self._graphing: self._fill()
+    if not self._graphing:  # an eager step: the rates from the floats; which parameters have gradients (those a graph gives one)
+        self._fill()
+        self._used = {id(p) for g in opt.param_groups for p in g['params'] if p.grad is not None}
     self._floats = [g['lr'] for g in opt.param_groups]
     for g, t in zip(opt.param_groups, self._lrs): g['lr'] = t
 
@@ -162,7 +164,7 @@ def _check_fixed(self:CUDAGraphCB, trainer):
                                             f"beta), and a graph holds it fixed: only the learning rate is read from a tensor at each replay. Pass "
                                             f"`OneCycleSchedulerCB(cycle_momentum=False)`")
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #09ce76c4
+# %% ../../nbs/callbacks/77_graphs.ipynb #1754d469
 @patch
 def before_batch(self:CUDAGraphCB, trainer):
     "Replay the graph of this batch's shape (captured once its first `warmup` batches ran eagerly); or let the batch run eagerly"
@@ -202,7 +204,7 @@ def _capture(self:CUDAGraphCB, trainer, key, leaves, layout, step):
     self._graphing = True
     try:
         rec.graph = self.backend.capture(lambda: self._run_step(trainer, rec))
-        if training and any(p.grad is not self._grads[p] for p in self._params if p.requires_grad):
+        if training and any(p.grad is not self._grads[p] for p in self._given):
             raise RuntimeError("a gradient tensor was replaced while the step was captured (`zero_grad(set_to_none=True)`, or an update out of "
                                "place), so a replay would write gradients the model no longer reads")
     except Exception as e: return self._fall_back(trainer, f"the {'training' if training else 'validation'} step could not be captured "
@@ -250,10 +252,11 @@ def _replay(self:CUDAGraphCB, trainer, rec, leaves):
 
 @patch
 def _own_grads(self:CUDAGraphCB):
-    "Every trainable parameter gets the gradient tensor the graphs read (made once), holding what an eager batch left there; a frozen one none"
-    self._dirty = False
+    "Every trainable parameter that eager steps saw with a gradient gets the gradient tensor the graphs read (made once), holding what an eager batch left there; the others none, as eagerly"
+    self._dirty, self._given = False, []
     for p in self._params:
-        if not p.requires_grad: p.grad = None; continue
+        if not p.requires_grad or (self._used is not None and id(p) not in self._used): p.grad = None; continue
+        self._given.append(p)
         if (g := self._grads.get(p)) is None: g = self._grads[p] = torch.zeros_like(p) if p.grad is None else p.grad
         elif p.grad is None: g.zero_()
         elif p.grad is not g: g.copy_(p.grad)
@@ -268,7 +271,7 @@ def _make_ring(self:CUDAGraphCB, trainer, device):
     self._ring, self._count = torch.zeros(n + 1, device=device), torch.zeros((), dtype=torch.long, device=device)
     self._slots = self._ring.unbind(0)
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #957edf70
+# %% ../../nbs/callbacks/77_graphs.ipynb #1af9f589
 @patch
 def after_step(self:CUDAGraphCB, trainer):
     "A replayed batch's step is the graph's: a graph captured without a step cannot have one"
@@ -300,7 +303,7 @@ def cleanup_batch(self:CUDAGraphCB, trainer):
                            f"graph had already run its backward pass and optimizer step: a graphed fit cannot take them back. Cancel in "
                            f"`before_batch` (before the replay) or in `after_batch` (after the step), or fit without CUDAGraphCB")
 
-# %% ../../nbs/callbacks/77_graphs.ipynb #496389e0
+# %% ../../nbs/callbacks/77_graphs.ipynb #fb757dc9
 @patch
 def after_load_checkpoint(self:CUDAGraphCB, trainer):
     "The optimizer's state tensors are new: its step made capturable again, and every graph captured again (after warm-up batches)"
