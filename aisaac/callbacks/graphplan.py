@@ -8,13 +8,13 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphplan.html.md"""
 __all__ = ['step_events', 'batch_events', 'known_roles', 'graph_role', 'graph_plan', 'graph_problems', 'make_capturable',
            'CUDAGraphs', 'EagerGraphs']
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #dd7afec6
+# %% ../../nbs/callbacks/76_graphplan.ipynb #da1d5464
 import contextlib
 import torch
 import torch.distributed as dist
 from ..core.dispatch import handler
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #dead6ead
+# %% ../../nbs/callbacks/76_graphplan.ipynb #6b8cdfb7
 _predict = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')
 _backward = ('before_backward', 'backward', 'after_backward')
 _step = ('before_step', 'step', 'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad')
@@ -55,7 +55,7 @@ def graph_role(cb, # a callback
     role, why = d if isinstance(d, tuple) else (d, None)
     return (role.get(event, role.get('*')) if isinstance(role, dict) else role), why
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #62c2daa2
+# %% ../../nbs/callbacks/76_graphplan.ipynb #f5bdd54c
 def graph_plan(trainer): # a trainer whose fit is starting
     "What a graphed fit does with each callback that runs every batch: `(refused, notes, captured, keep)`: `(name, why)` of those that keep it eager, names of the undeclared, the `(callback, event)` handlers a graph captures, whether one keeps the predictions"
     refused, notes, captured, keep = [], [], [], False
@@ -96,7 +96,7 @@ def make_capturable(opt, # the fit's optimizer
     for p, s in opt.state.items():  # a capturable step keeps its step count on the device (a checkpoint may have put it on the CPU)
         if cuda and isinstance(s.get('step'), torch.Tensor) and s['step'].device != p.device: s['step'] = s['step'].to(p.device, torch.float32)
 
-# %% ../../nbs/callbacks/76_graphplan.ipynb #e1acd334
+# %% ../../nbs/callbacks/76_graphplan.ipynb #c1db37d4
 class CUDAGraphs:
     "How `CUDAGraphCB` makes its graphs: `torch.cuda.CUDAGraph`s, each captured on its own memory pool, replayed on the current stream"
     def why_not(self, device:torch.device): # the model's device
@@ -105,7 +105,7 @@ class CUDAGraphs:
     def capture(self, step): # a function that runs the step: its kernels are recorded, not run
         "The graph of what `step()` launches; `replay()` runs it"
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g): step()
+        with torch.cuda.graph(g, capture_error_mode='thread_local'): step()  # (another thread's CUDA calls, a pinning loader's, are not ours)
         return g
     @contextlib.contextmanager
     def side_stream(self):
