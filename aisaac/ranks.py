@@ -110,7 +110,7 @@ class RanksCB(Callback):
         self.rank, self.world, self.store = dist.get_rank(), dist.get_world_size(), _store()
         self.group = dist.new_group(backend='gloo')  # for the agreements, apart from the model's collectives (a collective: every process makes it)
         self.key = f'aisaac/ranks/fit_{fit}/failed'  # where a failing process posts its error
-        self.held, self.posted, self.agreements = None, False, 0
+        self.held, self.posted, self.agreements, self.raised = None, False, 0, None  # `raised`: the error an agreement raised here as this process's own
         self.hold_limit = 30  # seconds a process holding an error waits for the others at an agreement
 
     def around_fit(self, trainer):
@@ -164,6 +164,7 @@ class RanksCB(Callback):
         if held is not None and held[0] == code:  # this process holds a stop (or error) of the kind agreed: it raises its own
             held[1]._agreed = True
             if code == 3: held[1].add_note(f"held on rank {self.rank} until the processes agreed, at the end of `{event}`")
+            self.raised = held[1]
             raise held[1]
         if requested and code == 2: return  # the trainer ends the fit after this event, for its own `request_stop`
         if info[0][0] is None: return trainer.request_stop(f"{info[0][1]} (on rank {src})")  # another process's
@@ -222,10 +223,10 @@ class RanksCB(Callback):
         return None if int(rank) == self.rank else ProcessFailedError(int(rank), error)
 
     def error(self, err): # the exception this process's fit ended with
-        "The error the fit raises: `err`, or the `ProcessFailedError` of the process that failed first if that was another one"
+        "The error the fit raises: `err` when an agreement raised it (this process's own, or a `ProcessFailedError`), else the `ProcessFailedError` of the process that failed first if that was another one"
         self.fail(err)  # (done already, unless the fit failed before its first phase)
         self._close()  # (closed already, unless the fit failed before its first phase)
-        if isinstance(err, ProcessFailedError): return err
+        if isinstance(err, ProcessFailedError) or err is self.raised: return err  # (what the agreement chose: not the store's first poster)
         if not isinstance(err, Exception) or (other := self._failure()) is None: return err
         return other
 

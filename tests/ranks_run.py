@@ -6,7 +6,8 @@ CASE is 'cancel' (rank 0 raises CancelFitException in `after_loss` once 3 optimi
 on rank 0 only, whose metric gets worse after epoch 0), 'epoch' (rank 1 raises CancelEpochException in `after_batch` once 2 steps are
 taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on for 15 s as a notebook's kernel
 would) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s) or 'preempt'
-(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)). With `plain` the fit runs without the agreements
+(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'refuse_all' (every
+process refuses each of 20 fits: a callback raises TypeError in `before_fit`; each process writes the error of each fit). With `plain` the fit runs without the agreements
 (`trainer.ranks_agree = False`): each case then ends wrong, or waits for the other process, until the gloo timeout (60 s here)
 or until that process exits. Each process writes OUT/result_<rank>.json:
 its outcome, error, optimizer steps, last epoch, weights, the stop's exception and times.
@@ -47,6 +48,19 @@ class Score(Callback):
     def after_validate(self, trainer):
         trainer.history.update_metric('score', float(trainer.epoch if dist.get_rank() == 0 else -trainer.epoch), step=trainer.epoch)
 
+class Refuse(Callback):
+    "Refuse the fit on every process: a TypeError in `before_fit`"
+    def before_fit(self, trainer): raise TypeError(f'refused on rank {dist.get_rank()}')
+
+def refuse_all(model, n=20):
+    "`n` fits, each refused on every process: the error each raised"
+    errors = []
+    for _ in range(n):
+        t = Trainer(loaders(), nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB(), Refuse()])
+        try: t.fit(1)
+        except Exception as e: errors.append(f'{type(e).__name__}: {e}')
+    return errors
+
 class FailingLoader:
     "`dl`, whose iteration raises OSError at batch `at` on process `rank`"
     def __init__(self, dl, rank, at): self.dl, self.rank, self.at, self.raised_at = dl, rank, at, None
@@ -78,6 +92,9 @@ if __name__ == '__main__':
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    if case == 'refuse_all':
+        (out/f'result_{rank}.json').write_text(json.dumps({'rank': rank, 'errors': refuse_all(model)}))
+        dist.destroy_process_group(); sys.exit()
     cbs = CASES[case]()
     dls = loaders()
     if case == 'loader': dls.valid = FailingLoader(dls.valid, 1, 2)

@@ -61,3 +61,11 @@ def test_an_error_outside_the_handlers_on_rank_1_ends_rank_0_naming_it(tmp_path)
     assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1')
     assert r0['steps'] == r1['steps'] == 8
     assert r0['ended'] - r1['raised_at'] < 10
+
+def test_when_every_process_refuses_a_fit_each_raises_its_own_error_every_time(tmp_path):
+    """Every process raises TypeError in `before_fit`, 20 fits in a row: the agreement picks rank 0's, and each process raises its own
+    TypeError every time. Before, the store's first poster won afterwards: rank 0 raised `ProcessFailedError('rank 1 failed: ...')` in
+    about half of the fits (11 of 20 here), rank 1 `'rank 0 failed'` in others, at random"""
+    r0, r1 = launch(tmp_path, 'refuse_all')
+    assert r0['errors'] == ['TypeError: refused on rank 0'] * 20, r0['errors']
+    assert r1['errors'] == ['TypeError: refused on rank 1'] * 20, r1['errors']
