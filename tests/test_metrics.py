@@ -215,3 +215,26 @@ def test_a_pass_cancelled_before_after_epoch_still_makes_its_row_once():
         assert len(t.MetricsCB.losses_epoch) == 2 and t.history.get_metric_steps('valid_loss') == [0, 1]
         assert len(t.history.get_metric_values('valid_loss', per='batch')) == 2 * n_valid
 
+
+def test_a_stop_after_metricscb_in_after_epoch_keeps_the_epochs_row_in_the_table_and_on_the_bar():
+    """Issue 38, the custom-callbacks tutorial's stopper: it reads the epoch's row in `after_epoch`, after MetricsCB, and raises
+    CancelFitException at epoch 2. The progress table has the rows of epochs 0, 1 and 2, and the bar says 3 epochs done (before:
+    stopping from `log_metrics` dropped the stopping epoch's row, and the bar stayed at 2/10)"""
+    import contextlib, io
+    from aisaac.core.callback import Callback, CancelFitException
+    from aisaac.callbacks.progress import ProgressCB
+    class Stop(Callback):
+        order = MetricsCB.order + 1
+        def __init__(self): self.rows = []
+        def after_epoch(self, trainer):
+            if trainer.training: return
+            self.rows.append(trainer.MetricsCB.metrics_epoch[-1])
+            if trainer.epoch == 2: raise CancelFitException()
+    for bars in (False, True):
+        torch.manual_seed(0)
+        p, stop, out = ProgressCB(bars=bars), Stop(), io.StringIO()
+        t = Trainer(dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy()), p, stop])
+        with contextlib.redirect_stdout(out): t.fit(10, lr=0.05)
+        assert stop.rows == t.MetricsCB.metrics_epoch and len(stop.rows) == 3 and t.outcome == 'cancelled'
+        if not bars: assert [l.split()[0] for l in out.getvalue().splitlines()] == ['epoch', '0', '1', '2'], out.getvalue()
+        else: assert (p.rows, p.mbar.main_bar.last_v) == (3, 3)
