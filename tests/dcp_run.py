@@ -17,6 +17,9 @@ Each JOB, run in turn in the same processes, is
     export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
     accum:NAME:DIR:EPOCHS:EVERY[:accumN]  as straight, with GradAccumCB(2) (or N) and CheckpointCB(DIR, every=EVERY) ('2 steps', or '3 batches': inside a window)
     best:NAME:DIR:EPOCHS       as straight, with MetricsCB and SaveBestModelCB(DIR/best.pt, greater_is_better=True) and no CheckpointCB
+    logs:NAME:DIR:EPOCHS[:CKPT:FROM]  as straight, with MetricsCB, CSVLogger, JSONLinesLogger and ResultsFileCB writing OUT/NAME.csv,
+                               OUT/NAME.jsonl and OUT/NAME.results.jsonl; with CKPT, the fit resumes it, in copies of the files the
+                               job FROM wrote (as an interrupted run leaves them: past the checkpoint)
 A JOB whose kind starts with 'f' (fstraight, fresume, fpreempt, faccum, fbest) leaves the model whole and gives the trainer `FSDPCB`, which
 shards it in its `before_fit` (under torchrun; on one plain process the model stays whole and no FSDPCB is added).
 Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
@@ -27,7 +30,7 @@ raises, as NCCL (the backend of every GPU run) does: a stand-in for NCCL's rule 
 The data give every process its part of the same global batch of 8 sequences, whatever the number of processes (process r of W takes
 rows r, r+W, ... and batches of 8/W), so a run on 1 process and one on 2 take the same optimizer steps (up to float rounding).
 """
-import datetime, hashlib, json, os, signal, sys, warnings
+import datetime, hashlib, json, os, shutil, signal, sys, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -44,9 +47,12 @@ from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, SaveBestModelCB, last_checkpoint
 from aisaac.callbacks.gradients import GradAccumCB
 from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+from aisaac.callbacks.results import ResultsFileCB
 from aisaac.callbacks.sharding import FSDPCB
 
 V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
+LOG_FILES = ('.csv', '.jsonl', '.results.jsonl')  # what a 'logs' job writes
 BROADCASTS = [0]  # the `dist.broadcast`s aisaac's own code made in this job
 
 def _watch(name, f):
@@ -152,6 +158,16 @@ def run(out, job):
             t, rec = make([MetricsCB(), best])
             t.fit(int(n), lr=1e-2)
             res.update(best_epoch=best.best_epoch, best=best.best)
+        elif kind == 'logs':
+            dir, n, *resume = args
+            files = [out/f'{name}{ext}' for ext in LOG_FILES]
+            if resume and rank == 0:
+                for f, ext in zip(files, LOG_FILES): shutil.copy(out/f'{resume[1]}{ext}', f)
+            if resume: dist.barrier()
+            t, rec = make([MetricsCB(), CSVLogger(files[0]), JSONLinesLogger(files[1]), ResultsFileCB(files[2]),
+                           CheckpointCB(dir, every_n_epochs=None, keep_last=None, every='4 steps')])
+            try: t.fit(int(n), lr=1e-2, resume_from=resume[0] if resume else None)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'export':
             t, rec = make()
             t.load_checkpoint(last_checkpoint(args[0]))

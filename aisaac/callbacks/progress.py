@@ -38,6 +38,7 @@ class ProgressCB(Callback):
         self.bars = (IN_NOTEBOOK or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
+        self.rows = 0  # the rows of this fit in the table
 
     def before_epoch(self, trainer):
         "Note when the epoch starts (for `times`); wrap the loader in a bar"
@@ -59,6 +60,7 @@ class ProgressCB(Callback):
             self.header = list(metrics)
             self._write(self.header)
         self._write([_fmt(metrics.get(k, '')) for k in self.header])
+        self.rows += 1
         if self.plot:
             self._read()
             if 'valid' in metrics: self.valid_losses.append((len(self.train_losses), metrics['valid']))
@@ -73,7 +75,8 @@ class ProgressCB(Callback):
         elif not try_print(line): raise OSError("the standard output is closed")
 
     def cleanup_fit(self, trainer):
-        "Close the bars of a fit that ended before its last epoch (a cancel, an error): the table stays; draw the last points"
+        "Draw the last points; a fit stopped early shows on its bar the epochs it completed (those whose rows are in the table), then its bars are closed: the table stays"
+        if self.bars and trainer.outcome != 'ok' and getattr(trainer, 'steps', None) is None and self.rows: self.mbar.update(self.rows)
         if getattr(self, 'bars', False) and self.mbar.main_bar.last_v is not None: self.mbar.on_iter_end()  # (else left on the page)
         if self.plot: self._redraw()
 

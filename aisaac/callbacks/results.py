@@ -21,6 +21,7 @@ class ResultsFileCB(FileLogger):
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
         super().__init__(path, per='epoch')
         self.config, self._start_line = dict(config or {}), None
+        self.run, self.start, self.epochs, self.written, self.last = None, None, {}, set(), {}  # (a run starts in `before_fit`)
 
     def _write(self, event, **kw):
         if self._start_line is not None and event != 'run_start': self._write('run_start', **self._start_line)  # a resume without this one's state
@@ -38,7 +39,8 @@ class ResultsFileCB(FileLogger):
 
     def state_dict(self):
         "What a checkpoint keeps: where the file ends, the run's id, its time so far, and its epochs"
-        return super().state_dict() | {'run': self.run, 'elapsed': time.monotonic() - self.start, 'written': sorted(self.written),
+        elapsed = 0. if self.start is None else time.monotonic() - self.start  # (no run here: a process it does not run on, asked by a sharded checkpoint)
+        return super().state_dict() | {'run': self.run, 'elapsed': elapsed, 'written': sorted(self.written),
                                        'epochs': [[step, _clean(m)] for step, m in self.epochs.items()], 'result': _clean(self.last)}
 
     def load_state_dict(self, state:dict): # from `state_dict`
