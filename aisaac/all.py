@@ -38,6 +38,7 @@ from .ranks import *
 from .persist import *
 from .dcp import *
 from .checkpoint import *
+from .params import *
 from .trainer import *
 from .testing import *
 from .data import *
@@ -74,7 +75,7 @@ from .callbacks.accel import *
 from .callbacks.sharding import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, trainer, testing, data, collate, learner, text, sft, hf, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, persist, dcp, checkpoint, params, trainer, testing, data, collate, learner, text, sft, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -105,6 +106,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     persist,
     dcp,
     checkpoint,
+    params,
     trainer,
     testing,
     data,

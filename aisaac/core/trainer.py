@@ -62,8 +62,9 @@ class Trainer(CallbackMixin):
     def start_fit(self, **args): # `fit`'s `n_epochs`, `lr`, `train` and `valid` (layers take their options before)
         "Set a fit up, its callbacks added: its epochs, learning rate and a new optimizer (layers add callbacks and state)"
         self.n_epochs, self.lr, self.do_train, self.do_valid = args['n_epochs'], args['lr'], args['train'], args['valid']
-        self.epochs, self.opt, self.stop_reason = range(self.n_epochs), self.opt_func(self.model.parameters(), lr=self.lr), None
+        self.epochs, self.opt, self.stop_reason = range(self.n_epochs), self.make_optimizer(), None
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
+    def make_optimizer(self): "The fit's optimizer (layers give it parameter groups)"; return self.opt_func(self.model.parameters(), lr=self.lr)
     def fit_error(self, e:BaseException): # what ended the fit
         "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
     def end_fit(self):
