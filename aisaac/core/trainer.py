@@ -67,8 +67,11 @@ class Trainer(CallbackMixin):
         self.n_epochs, self.lr = args['n_epochs'], args['lr']
         self.do_train, self.do_valid = args['train'], args['valid']
         self.epochs, self.stop_reason = range(self.n_epochs), None
-        self.opt = self.opt_func(self.model.parameters(), lr=self.lr)
+        self.opt = self.make_optimizer()
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
+    def make_optimizer(self):
+        "The fit's optimizer, made by `opt_func` (layers give it parameter groups)"
+        return self.opt_func(self.model.parameters(), lr=self.lr)
     def fit_error(self, e:BaseException): # what ended the fit
         "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
     def end_fit(self):
