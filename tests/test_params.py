@@ -216,3 +216,16 @@ def test_fine_tune_under_fsdp_takes_the_steps_of_one_process(tmp_path):
 def test_freezing_a_model_in_distributed_data_parallel_is_refused(tmp_path):
     r0, r1 = torchrun_cases.launch(HERE/'params_run.py', tmp_path, 'ddp')
     assert r0['error'] == r1['error'] and r0['error'].startswith('RuntimeError: The model is wrapped in DistributedDataParallel')
+
+def test_miniais_learner_decays_every_parameter_as_miniai_does():
+    "SPEC 7: miniai's numbers where they depend on a default: its `Learner` with AdamW keeps one group, every parameter decayed"
+    from aisaac.learner import Learner
+    x = torch.randn(8, 4)
+    dl = [(x, x.sum(1, keepdim=True))]
+    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 1))
+    learn = Learner(model, SimpleNamespace(train=dl, valid=dl), lr=0.01, opt_func=torch.optim.AdamW, cbs=[BasicTrainCB()])
+    learn.fit(1)
+    assert len(learn.opt.param_groups) == 1 and learn.opt.param_groups[0]['weight_decay'] == 0.01
+    t = Trainer(SimpleNamespace(train=dl, valid=dl), nn.MSELoss(), torch.optim.AdamW, model, callbacks=[BasicTrainCB()])
+    t.fit(1)
+    assert [g['weight_decay'] for g in t.opt.param_groups] == [0.01, 0.0]  # aisaac's own default: biases and norms not decayed
