@@ -85,9 +85,11 @@ class DeviceLoader(TensorLoader):
         return [t if t is not self.tensors[i] else t.clone() for i, t in enumerate(ts)]  # the epoch's own copy
 
     def __iter__(self):
+        _, first = self._start_epoch(self.generator)  # (a loaded state: its epoch's generator state, from its batch: `aisaac.loaders`)
         ts = self.epoch()
-        for i in range(0, len(self) * self.bs, self.bs):
+        for i in range(first * self.bs, len(self) * self.bs, self.bs):
             b = tuple(t[i:i + self.bs] for t in ts)
+            self._gave()
             yield b if self.tfm is None else self.tfm(b)
 
 # %% ../nbs/35_devicedata.ipynb #4013dc71
