@@ -135,10 +135,7 @@ class ParamGroups:
 
     def check_fit(self, lr, # a learning rate, or a `slice` of them
                   **args): # the rest of `fit`'s arguments
-        "Refuse a model without parameters, naming it, and a `slice` that is no range of rates; the layers below check the top rate"
-        if self.model is not None and next(iter(self.model.parameters()), None) is None:
-            raise ValueError(f"The model ({type(unwrap_model(self.model)).__name__}) has no parameters: there is nothing for an optimizer to train. "
-                             f"Give the trainer the model to train (its layers, with their weights)")
+        "Refuse a `slice` that is no range of rates; the layers below check the top rate"
         if isinstance(lr, slice): _check_slice(lr)
         super().check_fit(lr=_top(lr), **args)
 
@@ -149,8 +146,13 @@ class ParamGroups:
         super().start_fit(lr=_top(lr), **args)
 
     def make_optimizer(self):
-        "`opt_func(model.parameters(), lr=lr)`, its parameters then put in groups where they differ: weight decay none on `no_decay_params`, each layer group its rate"
-        return self._in_groups(super().make_optimizer(), self.lr if self.lrs is None else self.lrs)
+        "`opt_func(model.parameters(), lr=lr)`, its parameters then put in groups where they differ: weight decay none on `no_decay_params`, each layer group its rate; a model without parameters named"
+        try: opt = super().make_optimizer()
+        except ValueError as e:  # torch's "optimizer got an empty parameter list": say which model, and why
+            if next(iter(self.model.parameters()), None) is not None: raise
+            raise ValueError(f"The model ({type(unwrap_model(self.model)).__name__}) has no parameters: there is nothing for an optimizer to "
+                             f"train. Give the trainer the model to train (its layers, with their weights)") from e
+        return self._in_groups(opt, self.lr if self.lrs is None else self.lrs)
 
     def _in_groups(self, opt, lrs):
         "`opt` with its parameters in groups: one per layer group at its rate in `lrs` (one rate: one group, 'all'), split in two where the optimizer decays weights"
