@@ -73,7 +73,8 @@ class EvalSetsCB(Callback):
                                  f"evaluated when the fit validates, so give it a multiple of {trainer.valid_every} (e.g. `every='{2 * trainer.valid_every} steps'`)")
             if gathered and not type(e.loader).__module__.startswith('accelerate'):
                 raise TypeError(f"The evaluation set {e.name!r} has a loader Accelerate did not prepare: every process would evaluate all of it, and "
-                                f"AccelerateCB would gather its predictions {_world_size()} times. Prepare it: `Eval(trainer.AccelerateCB.acc.prepare(dl))`")
+                                f"AccelerateCB would gather its predictions {_world_size()} times. Give the set a loader the callback's accelerator prepared, "
+                                f"as it prepares dls.valid: `acc = AccelerateCB()`, then `EvalSetsCB({e.name}=acc.acc.prepare(dl))`")
 
     def after_load_checkpoint(self, trainer):
         "A resumed run: each set's interval counts from the checkpoint's clock"

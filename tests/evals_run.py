@@ -1,12 +1,14 @@
 """Evaluation sets on 2 CPU processes (torchrun, gloo), for tests/test_evals.py:
 
-    torchrun --standalone --nproc_per_node 2 evals_run.py OUT ddp
+    torchrun --standalone --nproc_per_node 2 evals_run.py OUT CASE
 
-A small MLP (DistributedDataParallel) classifies 96 training samples, validated on 32 (`dls.valid`), on a set `a` of 32 samples
+CASE 'ddp': a small MLP (DistributedDataParallel) classifies 96 training samples, validated on 32 (`dls.valid`), on a set `a` of 32 samples
 every epoch and a set `b` of 16 every 2 epochs (its own accuracy), each process its half of each (a `DistributedSampler`, 8 samples
 a batch), 4 epochs. `run(1)` is the single-process reference, 16 samples a batch. Then a second fit, with a set `c` evaluated every
 60 samples, where rank 0's batches hold 12 samples and rank 1's 4: the processes count samples differently, and follow rank 0.
-Each process writes OUT/result_<rank>.json: its per-epoch history, the steps of `c` and its clock's samples."""
+Each process writes OUT/result_<rank>.json: its per-epoch history, the steps of `c` and its clock's samples.
+CASE 'accel': AccelerateCB, with a set `again` holding dls.valid's samples, prepared by the callback's accelerator: each process
+writes its history."""
 import datetime, json, sys, types
 from pathlib import Path
 import torch
@@ -57,11 +59,24 @@ def run_samples(rank):
     t.fit(4, lr=0.2)
     return t.history.get_metric_steps('c/valid_loss'), t.clock.samples
 
+def run_accel():
+    "AccelerateCB on the 2 processes: a set `again` that is dls.valid's data, a loader prepared by the callback's accelerator (unsharded loaders)"
+    from aisaac.callbacks.accel import AccelerateCB
+    acc = AccelerateCB()
+    dls = types.SimpleNamespace(train=DataLoader(data(96, 0), 8), valid=DataLoader(data(32, 1), 8))
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.SGD, model(1),
+                callbacks=[acc, MetricsCB(acc=MulticlassAccuracy(), show=False), EvalSetsCB(again=acc.acc.prepare(DataLoader(data(32, 1), 8)))])
+    t.fit(2, lr=0.2)
+    return records(t)
+
 if __name__ == '__main__':
     out, case = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
     torch.set_num_threads(1)
     rank = dist.get_rank()
+    if case == 'accel':
+        (out/f'result_{rank}.json').write_text(json.dumps({'history': run_accel()}))
+        dist.destroy_process_group(); sys.exit()
     history = run(2)
     c_steps, c_samples = run_samples(rank)
     (out/f'result_{rank}.json').write_text(json.dumps({'history': history, 'c_steps': c_steps, 'c_samples': c_samples}))

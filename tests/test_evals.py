@@ -135,6 +135,25 @@ def test_the_names_in_the_csv_and_json_lines_files(tmp_path):
     epochs = [json.loads(l) for l in (tmp_path/'results.jsonl').read_text().splitlines() if '"event": "epoch"' in l]
     assert len(epochs) == 3 and 'b/valid_loss' not in epochs[0]['metrics'] and 'b/valid_loss' in epochs[1]['metrics']  # a line an epoch, after its last pass
 
+def test_the_names_reach_tensorboard_and_mlflow(tmp_path, monkeypatch):
+    "Through the loggers' `log` event: each set's values under its name ('b/valid_loss' is a chart of the group 'b'), at its epochs"
+    pytest.importorskip('mlflow'); pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from mlflow.tracking import MlflowClient
+    from aisaac.callbacks.trackers import TensorBoardLogger, MLflowLogger
+    monkeypatch.chdir(tmp_path)
+    ml = MLflowLogger(f'sqlite:///{tmp_path}/mlruns.db', experiment='sets')
+    t = trainer(two_sets(), TensorBoardLogger(tmp_path/'tb'), ml)
+    t.fit(3, lr=0.5)
+    ea = EventAccumulator(str(tmp_path/'tb'), size_guidance={'scalars': 0}); ea.Reload()
+    c = MlflowClient(ml.tracking_uri)
+    for name in ('a/valid_loss', 'a/Accuracy', 'b/valid_loss', 'b/acc'):
+        steps, values = t.history.get_metric_steps(name), t.history.get_metric_values(name)
+        assert [e.step for e in ea.Scalars(name)] == steps and [e.value for e in ea.Scalars(name)] == pytest.approx(values, rel=1e-6)
+        h = c.get_metric_history(ml.run_id, name)
+        assert [m.step for m in h] == steps and [m.value for m in h] == values
+    assert t.history.get_metric_steps('b/acc') == [1, 2]
+
 # ---------------------------------------------------------------- watched by savers and stoppers
 
 def test_a_saver_watching_the_second_set_keeps_its_best_weights(tmp_path):
@@ -259,3 +278,13 @@ def test_on_two_processes_each_set_records_the_whole_sets_figures(tmp_path):
         assert r0['history'][n]['steps'] == s['steps'], n
         assert torch.allclose(torch.tensor(r0['history'][n]['values']), torch.tensor(s['values']), atol=1e-5, rtol=1e-5), (n, r0['history'][n], s)
     assert r0['c_steps'] == r1['c_steps'] == [1, 2, 3] and r0['c_samples'] != r1['c_samples']
+
+def test_under_accelerate_on_two_processes_a_prepared_set_is_whole(tmp_path):
+    """AccelerateCB on 2 processes gathers the validation predictions; a set whose loader its accelerator prepared is measured the same
+    way: a set holding dls.valid's samples records dls.valid's figures, on both processes"""
+    pytest.importorskip('accelerate')
+    r0, r1 = torchrun_cases.launch(HERE/'evals_run.py', tmp_path, 'accel')
+    for r in (r0, r1):
+        h = r['history']
+        assert h['again/valid_loss'] == h['valid_loss'] and h['again/acc'] == h['acc'] and h['again/acc']['steps'] == [0, 1], h
+    assert r0['history'] == r1['history']
