@@ -24,6 +24,11 @@ class Eval:
         if not isinstance(loader, collections.abc.Iterable) or isinstance(loader, (str, bytes, dict)):
             raise TypeError(f"An evaluation set needs a loader of batches, as `dls.valid` is one (got {type(loader).__name__}): "
                             f"e.g. `Eval(DataLoader(ds, 64))` or a list of (x, y) batches")
+        if isinstance(loader, collections.abc.Iterator):
+            raise TypeError("An evaluation set's loader is an iterator (a generator?), which its first pass would use up: give a list of batches or a "
+                            "`DataLoader`, which start again at each pass")
+        if isinstance(loader, collections.abc.Sized) and len(loader) == 0:
+            raise ValueError("An evaluation set's loader has no batch: give it data (an empty dataset? `drop_last=True` with fewer rows than the batch size?)")
         if isinstance(metrics, (list, tuple)): metrics = {type(m).__name__: m for m in metrics}
         if metrics is not None and not isinstance(metrics, dict):
             raise TypeError(f"`metrics` is a dict {{name: metric}} or a list of metrics (got {type(metrics).__name__}): e.g. `metrics={{'acc': MulticlassAccuracy()}}`")

@@ -251,6 +251,8 @@ def test_set_arguments_are_checked():
     with pytest.raises(ValueError, match="without '/'"): EvalSetsCB(**{'a/b': batches(1, 0)})
     with pytest.raises(ValueError, match='got no set'): EvalSetsCB()
     with pytest.raises(TypeError, match='needs a loader of batches'): Eval(3)
+    with pytest.raises(TypeError, match='is an iterator'): Eval(b for b in batches(1, 0))
+    with pytest.raises(ValueError, match='has no batch'): EvalSetsCB(a=[])
     with pytest.raises(TypeError, match='`metrics` is a dict'): Eval([1], metrics=MulticlassAccuracy())
     with pytest.raises(ValueError, match='names no unit'): Eval([1], every='2 fortnights')
     with pytest.raises(TypeError, match="metric 'b/x'"): trainer(EvalSetsCB(b=Eval(batches(1, 0), metrics={'x': 1.}))).fit(1)
