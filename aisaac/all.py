@@ -39,6 +39,7 @@ from .loaders import *
 from .persist import *
 from .dcp import *
 from .checkpoint import *
+from .evals import *
 from .params import *
 from .trainer import *
 from .testing import *
@@ -83,7 +84,7 @@ from .callbacks.graphplan import *
 from .callbacks.graphs import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, groups
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -115,6 +116,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     persist,
     dcp,
     checkpoint,
+    evals,
     params,
     trainer,
     testing,

@@ -13,6 +13,7 @@ from .core import trainer as kernel
 from .dispatch import CallbackMixin
 from .logs import Logging
 from .checkpoint import Checkpoints
+from .evals import EvalSets
 from .ranks import AgreedRanks
 from .steps import StepRuns
 from .compat import OtherNames
@@ -20,7 +21,7 @@ from .guards import TrainerGuards
 from .params import ParamGroups
 
 # %% ../nbs/27_trainer.ipynb #705c2d79
-class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, AgreedRanks, Checkpoints, Logging, CallbackMixin, kernel.Trainer):
+class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, EvalSets, AgreedRanks, Checkpoints, Logging, CallbackMixin, kernel.Trainer):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback (the kernel's loop, with its layers)"
     own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')  # a subclass's methods of these names are their handlers
     setup_events = ('before_fit',)  # a logger (`must_start`) that fails here stops the fit, whatever its `on_error`

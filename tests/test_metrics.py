@@ -238,3 +238,51 @@ def test_a_stop_after_metricscb_in_after_epoch_keeps_the_epochs_row_in_the_table
         assert stop.rows == t.MetricsCB.metrics_epoch and len(stop.rows) == 3 and t.outcome == 'cancelled'
         if not bars: assert [l.split()[0] for l in out.getvalue().splitlines()] == ['epoch', '0', '1', '2'], out.getvalue()
         else: assert (p.rows, p.mbar.main_bar.last_v) == (3, 3)
+
+
+def _sets(**sets):
+    from aisaac.evals import EvalSetsCB
+    return EvalSetsCB(**sets)
+
+def test_an_evaluation_sets_pass_cancelled_or_failing_keeps_the_epochs_row():
+    """Evaluation sets (aisaac.evals): a CancelEpochException in the pass on `dls.valid` or on set `a` ends that pass only; its batches
+    so far are recorded, the sets after it run, and the epoch's row is logged once, after the last. An error in set `a`'s pass logs
+    the epoch's row (dls.valid's numbers, a's so far) before the fit raises; b, after it, is not evaluated"""
+    from aisaac.core.callback import Callback, CancelEpochException
+    class Stop(Callback):
+        def __init__(self, where, exc): self.where, self.exc = where, exc
+        def after_batch(self, trainer):
+            if not trainer.training and getattr(trainer.eval_set, 'name', 'valid') == self.where and trainer.batch_num == 0: raise self.exc
+    class Rows(Callback):
+        def __init__(self): self.rows = []
+        def log_metrics(self, trainer, metrics): self.rows.append(metrics)
+    d = dls()
+    for where in ('valid', 'a'):
+        torch.manual_seed(0)
+        rows = Rows()
+        t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False),
+                    _sets(a=d.valid[:3], b=d.valid[3:5]), Stop(where, CancelEpochException()), rows])
+        t.fit(2, lr=0.05)
+        assert [list(r) for r in rows.rows] == [['epoch', 'train', 'valid', 'acc', 'a/valid', 'a/acc', 'b/valid', 'b/acc']] * 2
+        n = {'valid': len(d.valid), 'a': 3, 'b': 2, where: 1}
+        for s in ('valid', 'a', 'b'):
+            name = 'valid_loss' if s == 'valid' else f'{s}/valid_loss'
+            assert t.history.get_metric_steps(name) == [0, 1] and len(t.history.get_metric_values(name, per='batch')) == 2 * n[s], s
+    torch.manual_seed(0)
+    rows = Rows()
+    t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False),
+                _sets(a=d.valid[:3], b=d.valid[3:5]), Stop('a', ValueError('a bad batch')), rows])
+    with pytest.raises(ValueError, match='a bad batch'): t.fit(2, lr=0.05)
+    assert len(rows.rows) == 1 and rows.rows[0]['b/valid'] is None and rows.rows[0]['valid'] == t.history.get_latest_metric('valid_loss')
+    assert t.history.metric_names == ['train_loss', 'valid_loss', 'acc', 'a/valid_loss', 'a/acc'] and t.history.get_metric_steps('a/valid_loss') == [0]
+
+def test_each_evaluation_set_has_its_own_metrics_on_the_models_device_reset_each_pass():
+    "A set without metrics of its own gets copies of MetricsCB's (not the same objects), moved with them to the model's device, reset after each pass"
+    d = dls()
+    m = MetricsCB(acc=MulticlassAccuracy(), show=False)
+    t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2), callbacks=[BasicTrainCB(), m, _sets(a=d.valid, b=d.valid)])
+    t.fit(2, lr=0.)
+    assert m.set_metrics['a']['acc'] is not m.metrics['acc'] and m.set_metrics['a']['acc'] is not m.set_metrics['b']['acc']
+    h = t.history
+    assert h.get_metric_values('acc') == h.get_metric_values('a/acc') == h.get_metric_values('b/acc') and len(set(h.get_metric_values('acc'))) == 1
+    assert all(m.device == torch.device('cpu') for m in m.set_metrics['a'].values())

@@ -12,8 +12,9 @@ import copy, warnings
 import torch
 from torcheval.metrics import Metric
 from ..utils import is_main_process, to_cpu, try_print
-from ..core.callback import Callback
+from ..core.callback import Callback, CancelEpochException
 from ..ranks import _fit_group, _gather, _rank, _world_size
+from ..evals import last_pass
 from .train import BasicTrainCB, count_items
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
@@ -24,6 +25,23 @@ def _check_metric(name, m):
     return m
 
 _loss_names = {'train': 'train_loss', 'valid': 'valid_loss'}
+def _history_name(k): return _loss_names.get(k, f'{k}_loss' if k.endswith('/valid') else k)  # an evaluation set's: 'code/valid_loss'
+
+def _prefix(trainer):
+    "The start of the names of this pass's loss and metrics: `'code/'` in the validation pass of the evaluation set 'code', else ''"
+    e = getattr(trainer, 'eval_set', None)
+    return '' if e is None or trainer.training else f'{e.name}/'
+
+def _set_metrics(trainer, metrics):
+    "Each evaluation set's metrics (`aisaac.evals`), by the set's name: its own, or copies of `metrics`"
+    return {n: {k: _check_metric(f'{n}/{k}', m) for k, m in (copy.deepcopy(metrics) if e.metrics is None else e.metrics).items()}
+            for n, e in getattr(trainer, 'eval_sets', {}).items()}
+
+def _with_sets(row, set_metrics):
+    "The epoch's row with a cell for each evaluation set's loss and metrics, after the others: `None` where the set was not evaluated this epoch"
+    if not set_metrics: return row
+    cells = [c for n, ms in set_metrics.items() for c in (f'{n}/valid', *(f'{n}/{k}' for k in ms))]
+    return {k: v for k, v in row.items() if k not in cells} | {c: row.get(c) for c in cells}
 
 def _weights(ns):
     "The batches' weights (numbers, or token counts on the device) as one float tensor on the CPU, read from the device at once"
@@ -94,6 +112,7 @@ class MetricsCB(Callback):
         self.needs = ('loss', 'preds') if self.metrics or self.train_metrics else ('loss',)
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
         self.row, self._mute, self._ended, self._passes, self._gathered, self._in_pass = {}, False, False, None, False, False
+        self.set_metrics, self._valid = {}, self.metrics  # each evaluation set's metrics, made when a fit starts; this validation pass's
         self._reset()
 
     def before_fit(self, trainer):
@@ -103,13 +122,16 @@ class MetricsCB(Callback):
         self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
         self._reset()
         self._gathered = any(getattr(cb, 'gathers_predictions', False) for cb in trainer.cbs)  # (`AccelerateCB`: the validation pass's are whole)
-        _warn_alone(self.train_metrics | ({} if self._gathered else self.metrics))
+        self.set_metrics, self._valid = _set_metrics(trainer, self.metrics), self.metrics  # (an evaluation set's pass: its own, `_valid`)
+        sets = {f'{n}/{k}': m for n, ms in self.set_metrics.items() for k, m in ms.items()}
+        _warn_alone(self.train_metrics | ({} if self._gathered else self.metrics | sets))
 
     def before_epoch(self, trainer):
         "Before a pass's first batch, move the metrics to the model's device: a copy inside a batch would wait for the GPU"
         self._in_pass = True
+        if not trainer.training: self._valid = self.metrics if (e := getattr(trainer, 'eval_set', None)) is None else self.set_metrics[e.name]
         p = next(trainer.model.parameters(), None)
-        if self.device is None and p is not None and (self.train_metrics if trainer.training else self.metrics): self._to(p.device)
+        if self.device is None and p is not None and (self.train_metrics if trainer.training else self._valid): self._to(p.device)
 
     def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
 
@@ -124,7 +146,7 @@ class MetricsCB(Callback):
         self.batch_losses.append(trainer.loss.detach())
         # a batch counts by its samples; a batch of sequences by its tokens, -100 left out (n-1 a row for a model that shifts its labels; on the device)
         self.batch_sizes.append(count_items(targets) if self._items is None else self._items(trainer, targets))
-        if ms := (self.train_metrics if trainer.model.training else self.metrics):
+        if ms := (self.train_metrics if trainer.model.training else self._valid):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
             for m in ms.values(): m.update(preds, targets)
@@ -139,7 +161,7 @@ class MetricsCB(Callback):
 
     def _to(self, device):
         self.device = device
-        for m in (*self.metrics.values(), *self.train_metrics.values()):
+        for m in (*self.metrics.values(), *self.train_metrics.values(), *(m for ms in self.set_metrics.values() for m in ms.values())):
             if hasattr(m, 'to'): m.to(device)
 
     def after_epoch(self, trainer):
@@ -151,27 +173,31 @@ class MetricsCB(Callback):
         ended, self._ended = self._ended, False
         if ended: return
         # the other processes ended the pass at the same point, unless it failed here (or they stop on their own: `ranks_agree` False)
-        self._end_pass(trainer, together=trainer.outcome not in ('error', 'interrupted') and getattr(trainer, 'ranks_agree', True))
+        # a validation pass that ends the fit (an error, a stop) logs the epoch now; one cancelled alone (`CancelEpochException`) leaves the sets after it theirs
+        self._end_pass(trainer, together=trainer.outcome not in ('error', 'interrupted') and getattr(trainer, 'ranks_agree', True),
+                       final=not trainer.training and not isinstance(trainer.exception, CancelEpochException))
 
-    def _end_pass(self, trainer, together:bool=True):
-        "Read the pass's loss and metrics once (`together`: over every process's data), keep them, and log the epoch when it is complete"
+    def _end_pass(self, trainer, together:bool=True, final:bool=False):
+        "Read the pass's loss and metrics once (`together`: over every process's data), keep them, and log the epoch when it is complete (or `final`)"
         self._ended, self._in_pass, losses, training = True, False, self._pass_losses(), trainer.training
-        split, values = 'train' if training else 'valid', losses.tolist()
-        self.losses_batch += [{'training': training, 'loss': v} for v in values]
+        prefix, values = _prefix(trainer), losses.tolist()
+        split = 'train' if training else prefix + 'valid'  # an evaluation set's pass: 'code/valid'
+        if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
         trainer.history.extend_metric(f'{split}_loss', values, per='batch')  # (each process its own batches)
         sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
             self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
-        ms = self.train_metrics if trainer.training else self.metrics
+        ms = self.train_metrics if trainer.training else self._valid
         if together and _world_size() > 1 and (training or not self._gathered): self.row[split], found = _whole(trainer, losses, sizes, ms)
         else:
             self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
             found = {name: float(m.compute()) for name, m in ms.items()}
-        self.row |= found
+        self.row |= {prefix + k: v for k, v in found.items()}
         for m in ms.values(): m.reset()
         self._reset()  # (before the log: a `log_metrics` handler may raise a cancel)
-        if not trainer.training or not trainer.do_valid: self._log(trainer)
+        self._valid = self.metrics
+        if final or last_pass(trainer): self._log(trainer)
 
     def _next_step(self, h):
         return max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
@@ -206,16 +232,16 @@ class MetricsCB(Callback):
             else: m.reset()
 
     def _log(self, trainer):
-        row, self.row = self.row, {}
+        row, self.row = _with_sets(self.row, self.set_metrics), {}
         self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
         names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
         if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
-        values = {_loss_names.get(k, k): v for k, v in row.items() if k not in ('epoch', 'step')}  # in the row's order: train, then valid
+        values = {_history_name(k): v for k, v in row.items() if k not in ('epoch', 'step') and v is not None}  # in the row's order: train, then valid
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
         if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process() and not self._mute:  # one process prints
-            if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}): self._gone()
+            if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items() if v is not None}): self._gone()
 
     def _gone(self):
         "The output is closed: say so once, and print no more rows in this fit (the numbers are still recorded and logged)"

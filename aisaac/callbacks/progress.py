@@ -13,9 +13,10 @@ import torch
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from ..utils import try_print
 from ..core.callback import Callback
+from ..evals import first_pass, last_pass
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
-def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
+def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else '' if v is None else str(v)  # (`None`: a set not evaluated this epoch)
 
 def text_line(name:str, # what the text is, e.g. `'sample'`
               text:str, # the text
@@ -42,7 +43,7 @@ class ProgressCB(Callback):
 
     def before_epoch(self, trainer):
         "Note when the epoch starts (for `times`); wrap the loader in a bar"
-        if trainer.training or not trainer.do_train: self.epoch_start = time.monotonic()
+        if first_pass(trainer): self.epoch_start = time.monotonic()
         if self.bars: trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
 
     def after_batch(self, trainer):
@@ -134,7 +135,7 @@ class PrintProgressCB(Callback):
 
     def before_epoch(self, trainer):
         "Note when the epoch started"
-        if trainer.training or not trainer.do_train: self.epoch_start, self.row = time.monotonic(), None
+        if first_pass(trainer): self.epoch_start, self.row = time.monotonic(), None
 
     def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Keep the epoch's row"
@@ -148,8 +149,8 @@ class PrintProgressCB(Callback):
 
     def cleanup_epoch(self, trainer):
         "Print the epoch's line once its last pass is over"
-        if trainer.training and trainer.do_valid: return
-        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k not in ('epoch', 'step'))
+        if not last_pass(trainer): return
+        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k not in ('epoch', 'step') and v is not None)
         at = (f"epoch {trainer.epoch + 1}/{trainer.n_epochs}" if trainer.steps is None else
               f"step {trainer.clock.step - trainer.clock.fit_start_step}/{trainer.steps}")
         self._print(f"{at} ({time.monotonic() - self.epoch_start:.1f} s) {row}".rstrip())

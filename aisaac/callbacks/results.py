@@ -10,6 +10,7 @@ __all__ = ['ResultsFileCB']
 # %% ../../nbs/callbacks/61_results.ipynb #dc33c56f
 import datetime, json, platform, time, uuid
 import torch
+from ..evals import last_pass
 from .loggers import FileLogger, run_config, _json_value, _per
 
 # %% ../../nbs/callbacks/61_results.ipynb #c79e0ea5
@@ -58,7 +59,7 @@ class ResultsFileCB(FileLogger):
 
     def cleanup_train(self, trainer):
         "After an epoch's last pass, write its line (after the pass's last values, a monitor's `after_train` ones too)"
-        if not trainer.training or not trainer.do_valid: self._write_epochs(trainer)
+        if last_pass(trainer): self._write_epochs(trainer)
         self.flush()
     cleanup_validate = cleanup_train
 

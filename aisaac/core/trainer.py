@@ -92,10 +92,11 @@ class Trainer(CallbackMixin):
     def one_pass(self, training:bool): # the training pass (`True`) or the validation pass
         "One pass over the training loader (the `train` phase) or the validation loader (`validate`)"
         self.model.train(training)
-        self.dl, self.first_batch = (self.train_loader() if training else self.dls.valid), 0
+        self.dl, self.first_batch = (self.train_loader() if training else self.valid_loader()), 0
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
 
     def train_loader(self): "The training pass's batches: `dls.train`"; return self.dls.train
+    def valid_loader(self): "The validation pass's batches: `dls.valid`"; return self.dls.valid
     @with_cbs('train', CancelEpochException)
     def _train(self): self._batches()
     @with_cbs('validate', CancelEpochException)
