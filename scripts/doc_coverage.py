@@ -104,6 +104,65 @@ def duplicate_entries():
             else: res.append((where, name, [] if first[key] == where else [first[key]]))
     return res
 
+def _star_names(module):
+    "The names `from module import *` binds"
+    try: m = importlib.import_module(module)
+    except Exception: return None
+    return set(getattr(m, '__all__', [k for k in dir(m) if not k.startswith('_')]))
+
+def _bound(tree):
+    "Names a cell binds for the cells after it: its top-level assignments, definitions and imports (not a function's locals)"
+    out = set()
+    def visit(n):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(n.name); return
+        if isinstance(n, ast.Lambda): return
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store): out.add(n.id)
+        if isinstance(n, (ast.Import, ast.ImportFrom)): out.update((a.asname or a.name).split('.')[0] for a in n.names)
+        if isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
+        for ch in ast.iter_child_nodes(n): visit(ch)
+    for n in tree.body: visit(n)
+    return out
+
+def _inner(tree):
+    "Names a cell binds anywhere, arguments and imports included: what its own code may read without another cell"
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.arg): out.add(n.arg)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store): out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)): out.update((a.asname or a.name).split('.')[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
+    return out
+
+def docs_run_problems(nbs=None):
+    """[(notebook, cell index, [names])]: cells that nbdev's docs processing runs (`exec_show_docs`: exported cells, `show_doc`
+    and every cell with an import) but that read a name only a cell it does not run defines: the docs build fails there
+    (a `NameError`, or worse, a fit started where its data was never made). The fix: the imports in a cell of their own."""
+    import builtins, warnings
+    from nbdev.process import NBProcessor
+    from nbdev.processors import _do_eval
+    res = []
+    for nb in (nbs or notebooks()):
+        known, star_failed = set(dir(builtins)) | {'show_doc', 'display', 'get_ipython', '__file__'}, False
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            cells = NBProcessor(nb).nb.cells
+            runs = [(i, c) for i, c in enumerate(cells) if c.cell_type == 'code' and _do_eval(c)]
+        for i, c in runs:
+            tree = _parse(c.source)
+            if tree is None: continue
+            for n in ast.walk(tree):
+                if isinstance(n, ast.ImportFrom) and any(a.name == '*' for a in n.names):
+                    names = _star_names(n.module)
+                    if names is None: star_failed = True
+                    else: known |= names
+            read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            missing = read - known - _inner(tree)
+            if missing and not star_failed and not (c.directives_.keys() & {'export', 'exports', 'exporti'}):  # (a function may name one defined later)
+                res.append((Path(nb).relative_to(ROOT).as_posix() if Path(nb).is_relative_to(ROOT) else str(nb), i, sorted(missing)))
+            known |= _bound(tree)
+    return res
+
 def _modules():
     import aisaac
     for m in pkgutil.walk_packages(aisaac.__path__, 'aisaac.'):

@@ -477,6 +477,9 @@ def build(strict=True):
     t0 = time.time()
     problems = [f"{nb}: no sidebar group takes it; number it by its layer or add a rule to SIDEBAR in scripts/docs.py"
                 for nb in write_sidebar()]
+    unrun = [f"{nb} cell {i}: nbdev's processing runs it (it has an import) but never runs the cells that make "
+             f"{', '.join(names)}: put its imports in a cell of their own" for nb, i, names in doc_coverage().docs_run_problems()]
+    if unrun: return problems + unrun
     try: process()
     except Exception as e: return problems + [f"nbdev could not process the notebooks: {type(e).__name__}: {e}"]
     for nb in notebooks():

@@ -164,3 +164,18 @@ def test_the_reference_lists_every_event():
     exec(next(c for c in code if 'def _events_table' in c), ns)
     with pytest.raises(ValueError, match=r"events without a row here: \['before_new_thing'\]"):
         ns['_events_table'](Trainer.events + ('before_new_thing',))
+
+def test_the_cells_the_docs_build_runs_need_only_cells_it_runs():
+    "nbdev's processing runs exported cells, `show_doc` and every cell with an import, no other: none of those may read a name only another cell makes (CI's docs check failed so: `NameError: name 'dls' is not defined`)"
+    probs = dc.docs_run_problems()
+    assert not probs, '\n'.join(f"{nb} cell {i} reads {', '.join(names)}, which the docs build never defines: "
+                                 f"put the cell's imports in a cell of their own" for nb, i, names in probs)
+
+def test_a_cell_the_docs_build_cannot_run_is_reported(tmp_path):
+    "A cell with an import that reads a name from a cell without one is found; the imports moved to a cell of their own, it is not"
+    def nb(*cells): return {'cells': [{'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': s} for s in cells],
+                            'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    bad, good = tmp_path/'bad.ipynb', tmp_path/'good.ipynb'
+    bad.write_text(json.dumps(nb('x = 1', 'import math\nprint(math.pi + x)', 'def f(y): return y')))
+    good.write_text(json.dumps(nb('x = 1', 'import math', 'print(math.pi + x)', '#| export\ndef g(): return later()')))
+    assert dc.docs_run_problems([bad, good]) == [(str(bad), 1, ['x'])]
