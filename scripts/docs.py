@@ -55,7 +55,7 @@ SIDEBAR = [
     ('Guides',    r'^guides/'),
 ]
 # Pages that come first in their group, in this order (the rest follow by layer number, then by name).
-FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/language_model.ipynb', 'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb']
+FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb', 'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb']
 HOME = 'index.ipynb'
 
 def _order(nb):

@@ -185,6 +185,20 @@ def test_fine_tuning_tutorial_is_saved_with_its_full_run():
     assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
     assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
 
+def test_transfer_learning_tutorial_is_saved_with_its_full_run():
+    "The transfer-learning tutorial's saved outputs are its full run: a pretraining done in it, 500 images to learn from, the four runs of 6 epochs in the table, the figures"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'transfer_learning.ipynb', as_version=4)
+    assert '500 training images, 2000 validation images' in _text(_outputs(nb, 'few = sample_dataset_dict(new'))  # not the 100 of the tests
+    pre = re.search(r'pretrained on ([\d,]+) images of 5 classes', _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'transfer_learning'")))
+    assert pre and int(pre[1].replace(',', '')) == 12_000, 'the page shows its pretraining, on 12,000 images, not weights loaded from a cache'
+    table = ''.join(_outputs(nb, "rows = [f\"| {name} |")[0]['data']['text/markdown'])
+    rows = dict((name.strip(), (int(e), float(a))) for name, e, a in re.findall(r'^\| ([^|]+) \| (\d+) \| ([\d.]+)% \|', table, re.M))
+    assert set(rows) == {'fine_tune', 'from scratch', 'frozen body', 'fine_tune + EMA'} and {e for e, _ in rows.values()} == {6}, table
+    assert rows['fine_tune'][1] > rows['from scratch'][1], rows  # what the page says: the pretrained body wins with 500 images
+    for cell in ('h = trainer.history', 'interp.plot_confusion_matrix()', 'interp.plot_top_losses('):
+        assert 'image/png' in _mimes(_outputs(nb, cell)), cell
+
 # ---------------------------------------------------------------- saved outputs are what the code gives
 
 NOTEBOOKS = sorted(p for p in (ROOT/'nbs').rglob('*.ipynb') if not any(part.startswith(('_', '.')) for part in p.relative_to(ROOT/'nbs').parts))
@@ -195,16 +209,18 @@ TEXT_BAR = re.compile(r'\d+\.\d\d% \[\d+/\d+ |[█▉▊▋▌▍▎▏]{2}')  #
 def _rel(nb): return nb.relative_to(ROOT/'nbs').as_posix()
 
 def output_problems(cells):
-    "What a reader should not see in saved outputs: machine paths, progress bars left behind, a cell's progress table shown more than once"
+    "What a reader should not see in saved outputs: machine paths, progress bars left behind, a fit's progress table shown more than once"
     res = []
     for i, c in enumerate(cells):
         if c['cell_type'] != 'code': continue
         outs = c.get('outputs', [])
         text, tables = _text(outs), []
-        for o in outs: tables += re.findall(r'<table class="fastprogress">', ''.join(o.get('data', {}).get('text/html', '')))
+        for o in outs: tables += re.findall(r'<table class="fastprogress">.*?</table>', ''.join(o.get('data', {}).get('text/html', '')), re.S)
         res += [f'cell {i}: a path of the machine that ran it: {p!r}' for p in sorted(set(MACHINE_PATH.findall(text)))]
         if '<progress' in text or TEXT_BAR.search(text): res.append(f'cell {i}: a progress bar left in the output')
-        if len(tables) > 1: res.append(f'cell {i}: {len(tables)} progress tables in one cell')
+        rows = [re.findall(r'<tr>.*?</tr>', t, re.S)[1:] for t in tables]  # each table's epochs; a cell of several fits (`fine_tune`) has a table each
+        if any(a[:len(b)] == b for j, a in enumerate(rows) for b in rows[:j] + rows[j + 1:]):
+            res.append(f'cell {i}: {len(tables)} progress tables in one cell, one of them the start of another (the same fit shown twice)')
     return res
 
 @pytest.mark.parametrize('nb', NOTEBOOKS, ids=_rel)
