@@ -39,6 +39,8 @@ from .loaders import *
 from .persist import *
 from .dcp import *
 from .checkpoint import *
+from .evals import *
+from .params import *
 from .trainer import *
 from .testing import *
 from .data import *
@@ -48,6 +50,7 @@ from .shards import *
 from .text import *
 from .sft import *
 from .hf import *
+from .devicedata import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -77,10 +80,12 @@ from .callbacks.accel import *
 from .callbacks.sharding import *
 from .callbacks.averaging import *
 from .callbacks.spikes import *
+from .callbacks.graphplan import *
+from .callbacks.graphs import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, trainer, testing, data, collate, learner, shards, text, sft, hf, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, groups
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     core_callback,
@@ -111,6 +116,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     persist,
     dcp,
     checkpoint,
+    evals,
+    params,
     trainer,
     testing,
     data,
@@ -120,6 +127,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     text,
     sft,
     hf,
+    devicedata,
     train,
     metrics,
     progress,
@@ -149,6 +157,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     sharding,
     averaging,
     spikes,
+    graphplan,
+    graphs,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]

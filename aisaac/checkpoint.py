@@ -28,6 +28,7 @@ _stopped = {'train done': 'between the training and the validation pass', 'valid
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = 'aisaac.checkpoint', 2  # what a checkpoint says it is; CHECKPOINT_VERSION changes when the layout does
 # version 2 adds 'clock' (the trainer's clock) and 'stream' (a run measured in steps: where its stream is in the loader's epoch);
 # 'loader' (each process's training-loader state inside an epoch, `aisaac.loaders`), when present, makes a resume instant
+# 'frozen' (the parameters that do not train) is read where it is there
 _keys = ('epoch', 'batch', 'model', 'opt', 'rng', 'epoch_rng', 'callbacks', 'history')
 
 def _loads_back(name, state):
@@ -89,10 +90,11 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
         problems.append(f"its run validated every {stream['valid_every']} steps, and this fit every {trainer.valid_every}: resume with "
                         f"`fit(steps=..., valid_every={stream['valid_every']}, resume_from=...)`, so that the passes fall where they did")
     if all_parts:
-        if state['opt'] is not None and trainer.opt is not None:
-            sizes = lambda sd: [len(g['params']) for g in sd.get('param_groups', ())]
-            if sizes(state['opt']) != sizes(trainer.opt.state_dict()):
-                problems.append(f"its optimizer's parameter groups have {sizes(state['opt'])} parameters, the trainer's {sizes(trainer.opt.state_dict())}")
+        if state['opt'] is not None and trainer.opt is not None:  # the groups' sizes, and their names where `aisaac.params` gave them
+            groups = lambda sd: ([len(g['params']) for g in sd['param_groups']], [g.get('name', '') + ' (no decay)' * bool(g.get('no_decay')) for g in sd['param_groups']])
+            if (saved := groups(state['opt'])) != (own := groups(trainer.opt.state_dict())):
+                problems.append(f"its optimizer's parameter groups have {saved[0]} parameters, the trainer's {own[0]}" + f" (named {saved[1]}, the trainer's {own[1]})" * (saved[1] != own[1])
+                                + ": they changed (the optimizer, `fit(lr=slice(...))`, the trainer's `splitter` or `no_decay`): resume as the run was started")
         names = trainer.named_callbacks()
         if strict and (unknown := [k for k, s in state['callbacks'].items() if k not in names and not (isinstance(s, dict) and s.get('optional'))]):
             problems.append(f"it holds the state of {_few(unknown)}, which this trainer lacks (it has {_few(sorted(names), 8)}): "
@@ -127,6 +129,8 @@ def _apply(trainer, state):
             except Exception: pass
         set_rng_state(rng, gens)
         raise
+    if (frozen := state.get('frozen')) is not None:  # which parameters train (a frozen layer group's do not: `aisaac.params`)
+        for n, p in model.named_parameters(): p.requires_grad_(n not in frozen)
     trainer.epoch, trainer.batch_num = state['epoch'], state['batch']
     trainer._at, trainer._epoch_rng = ('loaded', (state['epoch'], state['batch'])), state['epoch_rng']
 
@@ -160,14 +164,14 @@ class Checkpoints:
                               f"epoch (the `checkpoint` event, where `CheckpointCB` saves), or resume from a checkpoint written before the fit stopped")
 
     def checkpoint_state(self):
-        "Everything a checkpoint holds, as tensors and plain values: model, optimizer, resume point, random states, data order, callbacks' state"
+        "Everything a checkpoint holds, as tensors and plain values: model, optimizer, resume point, random states, data order, callbacks' state, which parameters train"
         epoch, batch = self.resume_point()
         h, stream = _history(self), self.__dict__.get('_stream')
         stream_state = None if stream is None or self.steps is None else {'n': stream.n, 'valid_every': self.valid_every}
         return {'format': CHECKPOINT_FORMAT, 'version': CHECKPOINT_VERSION, 'aisaac': __version__, 'torch': str(torch.__version__),
                 'epoch': epoch, 'batch': batch,
                 **dict(zip(('model', 'opt'), state_dicts(self.model, self.opt, getattr(self.checkpoint_engine, 'sharded', False)))),
-                'rng': rng_state(loader_generators(self.dls)),
+                'rng': rng_state(loader_generators(self.dls)), 'frozen': [n for n, p in unwrap_model(self.model).named_parameters() if not p.requires_grad],
                 'epoch_rng': self.__dict__.get('_epoch_rng') if batch or (stream_state and stream_state['n']) else None,
                 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None, 'stream': stream_state, 'loader': _loader(self, is_main_process()),
                 'callbacks': {k: _loads_back(f'callback {k}', v) for k, v in self.callbacks_state_dict().items()},
@@ -203,7 +207,7 @@ class Checkpoints:
 
     @contextlib.contextmanager
     def transaction(self):
-        "Run the block, then put back the weights, gradients, modes, optimizer, callbacks' states, history, clock, random states and attributes as they were"
+        "Run the block, then put back the weights, gradients, modes, which parameters train, optimizer, callbacks' states, history, clock, random states and attributes"
         h, model = _history(self), unwrap_model(self.model)
         attrs = {k: v for k, v in vars(self).items() if _kept(k)}
         shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
@@ -213,7 +217,7 @@ class Checkpoints:
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
         rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]  # a step between backward and step
+        grads = [(p.requires_grad, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]  # which train; a step between backward and step
         whole = not is_sharded(model)  # (`FSDPCB` may shard it in the block: `lr_find` before the first fit)
         try: yield self
         finally:
@@ -222,7 +226,7 @@ class Checkpoints:
             if resharded := whole and is_sharded(model): load_state_dicts(model, None, {'model': saved['model'], 'opt': None})  # each process its shards
             else: model.load_state_dict(saved['model'])
             for m, training in modes: m.training = training  # each module's mode (a frozen BatchNorm stays in eval)
-            for p, g in zip(model.parameters(), grads): p.grad = None if resharded else g  # (sharding dropped the whole ones)
+            for p, (trains, g) in zip(model.parameters(), grads): p.requires_grad_(trains); p.grad = None if resharded else g  # (sharding dropped the whole ones)
             if saved['opt'] is not None: self.opt.load_state_dict(saved['opt'])
             for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
             if h is not None: h.load_state_dict(saved['history'])

@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state
 from torch.distributed.tensor import DTensor
 from fastcore.basics import patch
 from .core.dispatch import with_cbs
-from .ranks import _all_ok, _world_size
+from .ranks import _all_ok, _rank, _world_size
 from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, atomic_save, fsync_dir, is_main_process,
                       snapshot, unwrap_model, verify, _torch_load)
 
@@ -28,8 +28,6 @@ from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, a
 def is_sharded(model:torch.nn.Module): # a model, maybe wrapped
     "Whether a parameter of `model` is a `DTensor`: the model is sharded (e.g. by `torch.distributed.fsdp.fully_shard`)"
     return any(isinstance(p, DTensor) for p in unwrap_model(model).parameters())
-
-def _rank(): return dist.get_rank() if _world_size() > 1 else 0
 
 @contextlib.contextmanager
 def _quiet():

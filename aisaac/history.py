@@ -144,7 +144,7 @@ class MetricWatch:
             if not required: return None
             raise ValueError(f"{self.who} watches {self.name!r}, which was not recorded in trainer.history in epoch {epoch}. "
                              f"The per-epoch metrics recorded are {history.metric_names}: pass one of them as `watch_metric`, or add "
-                             f"the callback that records it (`MetricsCB` records 'train_loss', 'valid_loss' and each metric by its name)")
+                             f"the callback that records it (`MetricsCB` records 'train_loss', 'valid_loss' and each metric by its name; an evaluation set's as 'name/valid_loss', 'name/<metric>')")
         self.seen = mark
         return history.get_latest_metric(self.name)
 

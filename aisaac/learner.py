@@ -41,6 +41,7 @@ class HasLearnCB(HasTrainerCB):
 # %% ../nbs/32_learner.ipynb #56adb235
 class Learner(Trainer):
     "miniai's `Learner`: a `Trainer` that takes the model first, keeps its own `lr`, and fits one epoch by default"
+    no_decay = False  # miniai's optimizers decay every parameter: its numbers, not aisaac's no-decay groups (`aisaac.params`)
     def __init__(self, model, # the `nn.Module` to train
                  dls, # an object with `train` and `valid` loaders
                  loss_func=F.mse_loss, # called as `loss_func(preds, targets)`

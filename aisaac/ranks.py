@@ -31,6 +31,10 @@ def _world_size():
     "The number of processes of this distributed run: 1 when `torch.distributed` is not initialized"
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
+def _rank():
+    "This process's rank in the distributed run: 0 when there is none"
+    return dist.get_rank() if _world_size() > 1 else 0
+
 _fits = itertools.count()  # distributed fits in this process: every process counts the same, so the count names a fit's keys in the store
 
 def _store():
@@ -45,13 +49,22 @@ def _small_group():
     return next(made, None) or dist.new_group(backend='gloo', group_desc='aisaac_small')
 
 def _across(how:str, # 'main': the main process's values; 'min', 'max' or 'sum': over the processes
-            *values): # numbers (or bools)
-    "`values`, as floats, agreed by every process (a collective, in the gloo group of `_small_group`); on one process, as they are"
+            *values, # numbers (or bools)
+            group=None): # the gloo group: `_small_group()` by default; in a fit, `_fit_group(trainer)`
+    "`values`, as floats, agreed by every process (a collective, in a gloo group of aisaac's own); on one process, as they are"
     if _world_size() < 2: return [float(v) for v in values]
-    t, group = torch.tensor([float(v) for v in values], dtype=torch.float64), _small_group()
+    t, group = torch.tensor([float(v) for v in values], dtype=torch.float64), _small_group() if group is None else group
     if how == 'main': dist.broadcast(t, 0, group=group)
     else: dist.all_reduce(t, {'min': dist.ReduceOp.MIN, 'max': dist.ReduceOp.MAX, 'sum': dist.ReduceOp.SUM}[how], group=group)
     return t.tolist()
+
+def _gather(obj, # what this process sends: anything `pickle` takes (tensors on the CPU)
+            group=None): # the gloo group: `_small_group()` by default; in a fit, `_fit_group(trainer)`
+    "Every process's `obj`, in rank order, on every process (a collective, in a gloo group of aisaac's own); on one process, `[obj]`"
+    if _world_size() < 2: return [obj]
+    res = [None] * _world_size()
+    dist.all_gather_object(res, obj, group=_small_group() if group is None else group)
+    return res
 
 def _all_ok(ok:bool): # this process's answer
     "Whether `ok` holds on every process (each process learns it: a collective)"
@@ -109,12 +122,13 @@ class RanksCB(Callback):
                                "(torchrun, `torch.distributed.init_process_group`); the trainer adds a RanksCB to each fit on 2 processes or more")
         self.rank, self.world, self.store = dist.get_rank(), dist.get_world_size(), _store()
         self.group = dist.new_group(backend='gloo')  # for the agreements, apart from the model's collectives (a collective: every process makes it)
+        self.collectives = dist.new_group(backend='gloo')  # for aisaac's own collectives in this fit (`_fit_group`): closed with the agreements'
         self.key = f'aisaac/ranks/fit_{fit}/failed'  # where a failing process posts its error
-        self.held, self.posted, self.agreements = None, False, 0
+        self.held, self.posted, self.agreements, self.raised = None, False, 0, None  # `raised`: the error an agreement raised here as this process's own
         self.hold_limit = 30  # seconds a process holding an error waits for the others at an agreement
 
     def around_fit(self, trainer):
-        "Hold, for this fit, what handlers raise (`trainer._hold`, read by `AgreedRanks`), from before the first `before_fit` handler; close the agreements' group after"
+        "Hold, for this fit, what handlers raise (`trainer._hold`, read by `AgreedRanks`), from before the first `before_fit` handler; close the fit's groups after"
         trainer._hold, trainer.agreed_notice = self.hold, 0
         try: yield
         finally:
@@ -122,11 +136,12 @@ class RanksCB(Callback):
             self._close()
 
     def _close(self):
-        "Destroy the agreements' group: its connections close, so that a process still waiting at an agreement stops waiting"
-        if self.group is None: return
-        try: dist.destroy_process_group(self.group)
-        except Exception: pass
-        self.group = None
+        "Destroy the fit's groups: their connections close, so that a process still waiting at an agreement (or in a collective of the fit's, `_fit_group`) stops waiting"
+        for g in (self.group, self.collectives):
+            try:
+                if g is not None: dist.destroy_process_group(g)
+            except Exception: pass
+        self.group = self.collectives = None
 
     def hold(self, e, # the stop or error a handler raised (an error after its callback's `on_error` made it one)
              cb=None): # the callback whose handler raised it
@@ -164,6 +179,7 @@ class RanksCB(Callback):
         if held is not None and held[0] == code:  # this process holds a stop (or error) of the kind agreed: it raises its own
             held[1]._agreed = True
             if code == 3: held[1].add_note(f"held on rank {self.rank} until the processes agreed, at the end of `{event}`")
+            self.raised = held[1]
             raise held[1]
         if requested and code == 2: return  # the trainer ends the fit after this event, for its own `request_stop`
         if info[0][0] is None: return trainer.request_stop(f"{info[0][1]} (on rank {src})")  # another process's
@@ -222,10 +238,10 @@ class RanksCB(Callback):
         return None if int(rank) == self.rank else ProcessFailedError(int(rank), error)
 
     def error(self, err): # the exception this process's fit ended with
-        "The error the fit raises: `err`, or the `ProcessFailedError` of the process that failed first if that was another one"
+        "The error the fit raises: `err` when an agreement raised it (this process's own, or a `ProcessFailedError`), else the `ProcessFailedError` of the process that failed first if that was another one"
         self.fail(err)  # (done already, unless the fit failed before its first phase)
         self._close()  # (closed already, unless the fit failed before its first phase)
-        if isinstance(err, ProcessFailedError): return err
+        if isinstance(err, ProcessFailedError) or err is self.raised: return err  # (what the agreement chose: not the store's first poster)
         if not isinstance(err, Exception) or (other := self._failure()) is None: return err
         return other
 
@@ -239,6 +255,11 @@ def _fit_error(trainer, err):
     "The error that `trainer`'s fit raises for `err`: in a distributed fit, `RanksCB.error`'s"
     cb = next((c for c in trainer.cbs if isinstance(c, RanksCB)), None)
     return err if cb is None else cb.error(err)
+
+def _fit_group(trainer):
+    "The gloo group for aisaac's own collectives in `trainer`'s fit: its `RanksCB`'s (closed when the fit fails on a process, so that no other waits there for it), else `_small_group()`"
+    cb = next((c for c in getattr(trainer, 'cbs', ()) if isinstance(c, RanksCB)), None)
+    return _small_group() if cb is None or cb.collectives is None else cb.collectives
 
 _starts = itertools.count()  # fits started in this process: every process counts the same, so the count names a fit's keys in the store
 

@@ -13,13 +13,15 @@ from .core import trainer as kernel
 from .dispatch import CallbackMixin
 from .logs import Logging
 from .checkpoint import Checkpoints
+from .evals import EvalSets
 from .ranks import AgreedRanks
 from .steps import StepRuns
 from .compat import OtherNames
 from .guards import TrainerGuards
+from .params import ParamGroups
 
 # %% ../nbs/27_trainer.ipynb #705c2d79
-class Trainer(TrainerGuards, OtherNames, StepRuns, AgreedRanks, Checkpoints, Logging, CallbackMixin, kernel.Trainer):
+class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, EvalSets, AgreedRanks, Checkpoints, Logging, CallbackMixin, kernel.Trainer):
     "Train `model` on `dls` with `loss_func` and an optimizer made by `opt_func`; every step is a callback (the kernel's loop, with its layers)"
     own_events = ('predict', 'get_loss', 'backward', 'step', 'zero_grad')  # a subclass's methods of these names are their handlers
     setup_events = ('before_fit',)  # a logger (`must_start`) that fails here stops the fit, whatever its `on_error`
@@ -41,7 +43,7 @@ class Trainer(TrainerGuards, OtherNames, StepRuns, AgreedRanks, Checkpoints, Log
         super().__init__(dls, loss_func, opt_func, model, callbacks)
 
     def fit(self, n_epochs:int=3, # number of epochs
-            lr:float=1e-3, # learning rate given to `opt_func`
+            lr:float=1e-3, # learning rate given to `opt_func`; or `slice(lo, hi)`, one per layer group (`aisaac.params`)
             callbacks=None, # callbacks for this fit only, removed afterwards, also when it raised
             train:bool=True, # run the training pass of each epoch
             valid:bool=True, # run the validation pass of each epoch

@@ -32,6 +32,16 @@ the smoke test), where the GPU-only variants are left out.
                  fast, CPU       the tensors converted once (`fast=True`), batches on the CPU, copied per batch
                  fast, pinned    the same, in pinned memory, copied `non_blocking` (GPU only)
                  fast, on GPU    the tensors moved to the GPU once (`device='cuda'`): no copy per batch (GPU only)
+4. graphs      (GPU only; `--sections graphs`, not in the default set) whole-step CUDA graphs, `CUDAGraphCB` (issue 41):
+                 a. the tiny MLP of table 1: the raw loop and aisaac eagerly, aisaac graphed, and the step graphed by hand
+                    (the floor); target: aisaac graphed within 1.15x the floor
+                 b. the vision tutorial's recipe for 5 epochs from the same seed: as the tutorial runs it (CPU loader,
+                    float16), then bfloat16 with the data on the GPU (`device_dataloaders`, flip and translate there) and
+                    one cycle of the learning rate only (a graph holds AdamW's betas fixed), eager and graphed; accuracy
+                    and seconds of the fit; target: >= 0.93 in <= 3 s graphed
+                 c. the language-model recipe of bench/lm.py for `--batches` (200) steps: tokens/s of the raw loop, aisaac
+                    eager and aisaac graphed, and the largest relative difference between the last two's losses from the
+                    same seed; target: >= 2x eager aisaac's tokens/s, the losses within 1 % (bfloat16)
 
 Method (as bench/overhead.py and bench/vision.py): all variants in one process, interleaved in a new random order each
 repeat, after a warm-up of each (cuDNN's choices, compilation); figures are medians over the repeats, and a ratio is
@@ -66,6 +76,13 @@ from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.precision import MixedPrecisionCB
 from aisaac.callbacks.compilation import CompileCB
 from aisaac.callbacks.augment import BatchAugmentationCB, RandomCrop, RandomHorizontalFlip
+from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+from aisaac.callbacks.gradients import GradClipCB
+from aisaac.callbacks.graphs import CUDAGraphCB
+from aisaac.callbacks.graphplan import EagerGraphs
+from aisaac.devicedata import FlipLR, Translate, device_dataloaders
+from aisaac.models import get_model_gpt, lm_loss
+from aisaac.text import load_text_corpus, train_tokenizer, text_dataloaders
 
 N_ROWS, N_IN, N_HID, N_OUT, MLP_LR = 20_000, 20, 64, 10, 0.01
 BS, LR, EPOCHS = 256, 1e-2, 10  # the recipe's schedule is laid out for the tutorial's 10 epochs; a timing trains its first batches
@@ -320,6 +337,112 @@ def section_data(dev, dsd, repeats, n, workers, n_warm):
 
 def _default(dev): return torch.float16 if dev.type == 'cuda' else torch.bfloat16
 
+# --- 4. whole-step CUDA graphs (issue 41) -------------------------------------------------------------------------------
+
+BACKEND = None  # what makes the graphs: CUDA graphs; `--stand-in` (on a CPU): EagerGraphs, whose replay runs the step again
+
+class PassTimer(Callback):
+    "The seconds of each training pass (between device syncs), and each training batch's loss (kept on the device)"
+    cuda_graph = 'host'
+    def __init__(self, dev): self.dev, self.secs, self.losses = dev, [], []
+    def before_train(self, t): sync(self.dev); self.t0 = time.perf_counter()
+    def after_batch(self, t):
+        if t.training: self.losses.append(t.loss.detach())
+    def after_train(self, t): sync(self.dev); self.secs.append(time.perf_counter() - self.t0)
+
+def loop_graphed(model, dl, dev):
+    "BasicTrainCB, DeviceCB and CUDAGraphCB for two epochs: the second one's seconds (the first holds the warm-up and the capture)"
+    timer = PassTimer(dev)
+    Trainer(DataLoaders(dl, dl), nn.CrossEntropyLoss(), torch.optim.SGD, model,
+            callbacks=[DeviceCB(dev), BasicTrainCB(), timer, CUDAGraphCB(strict=True, backend=BACKEND)]).fit(2, lr=MLP_LR, valid=False)
+    return timer.secs[-1]
+
+def graphs_mlp(dev, repeats, bs=64):
+    variants = {'eager, raw loop': loop_raw, 'eager, aisaac': loop_aisaac(lambda d: [DeviceCB(d), BasicTrainCB()]),
+                'graphed, aisaac': loop_graphed, 'graphed by hand': loop_graph if dev.type == 'cuda' else loop_raw}  # (a stand-in's floor: the raw loop)
+    set_seed(0)
+    base, n = mlp().to(dev), len(mlp_loader(dev, bs, 0))
+    for f in variants.values(): f(copy.deepcopy(base), mlp_loader(dev, bs, 0), dev)  # warm-up
+    times = {k: [] for k in variants}
+    for r in range(repeats):
+        for k in random.sample(list(variants), len(variants)): times[k].append(variants[k](copy.deepcopy(base), mlp_loader(dev, bs, r), dev))
+    print(f"\n## 4a. whole-step CUDA graphs: tiny MLP {N_IN}-{N_HID}-{N_OUT}, SGD, batch {bs}, data on the GPU, {n} batches an epoch, {repeats} repeats\n")
+    print("| variant          | us/batch | over the graph by hand | spread |\n|------------------|----------|------------------------|--------|")
+    floor = times['graphed by hand']
+    for k, ts in times.items():
+        print(f"| {k:<16} | {statistics.median(ts) / n * 1e6:8.1f} | {statistics.median(a / b for a, b in zip(ts, floor)):22.2f} | "
+              f"{(max(ts) - min(ts)) / statistics.median(ts):6.1%} |")
+    ratio = statistics.median(a / b for a, b in zip(times['graphed, aisaac'], floor))
+    print(f"\n- target: aisaac graphed within 1.15x the hand-written whole-step graph: {ratio:.2f}x -> {'MET' if ratio <= 1.15 else 'MISSED'}")
+
+def graphs_vision(dev, dsd):
+    "The vision tutorial's recipe, 5 epochs from the same seed: as the tutorial runs it, then bfloat16 with the data on the GPU, eager and graphed"
+    rows = {}
+    for name in ('eager, tutorial (CPU loader, float16)', 'eager, DeviceLoader, bfloat16', 'graphed, DeviceLoader, bfloat16'):
+        on_gpu, graphed = 'DeviceLoader' in name, name.startswith('graphed')
+        dls = (device_dataloaders(dsd, BS, tfms=[FlipLR(), Translate(1, mode='replicate')], seed=0, device=dev) if on_gpu
+               else DataLoaders.from_dataset_dict(dsd, BS, fast=True))
+        set_seed(1)
+        model = get_model_resnet().to(dev, memory_format=torch.channels_last)
+        sched = OneCycleSchedulerCB(cycle_momentum=not on_gpu)  # (a graph holds AdamW's betas fixed: on the GPU's data, the rate alone cycles)
+        cbs = [DeviceCB(dev), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False), sched,
+               MixedPrecisionCB(torch.bfloat16 if on_gpu else None)] + ([] if on_gpu else [BatchAugmentationCB(augment(), on_valid=False)])
+        t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=cbs + ([CUDAGraphCB(strict=True, backend=BACKEND)] if graphed else []))
+        sync(dev); t0 = time.perf_counter()
+        t.fit(5, lr=LR)
+        sync(dev); rows[name] = (t.MetricsCB.metrics_epoch[-1]['Accuracy'], time.perf_counter() - t0)
+    print(f"\n## 4b. the vision tutorial's recipe on the GPU, 5 epochs from the same seed (ResNet, AdamW, one cycle, crop and flip, batch {BS}; "
+          f"on the GPU's data: the learning rate's cycle only)\n")
+    print("| variant                                | accuracy | seconds |\n|----------------------------------------|----------|---------|")
+    for k, (acc, secs) in rows.items(): print(f"| {k:<38} | {acc:8.4f} | {secs:7.2f} |")
+    acc, secs = rows['graphed, DeviceLoader, bfloat16']
+    print(f"\n- target: accuracy >= 0.93 in <= 3 s: {acc:.4f} in {secs:.2f} s -> {'MET' if acc >= 0.93 and secs <= 3 else 'MISSED'}")
+
+def graphs_lm(dev, repeats, n):
+    "The language-model recipe (bench/lm.py's): tokens/s of the raw loop, aisaac eager and aisaac graphed; the losses of the last two side by side"
+    import lm
+    dsd = load_text_corpus()
+    tok = train_tokenizer(dsd['train'], vocab_size=2048)
+    dls = text_dataloaders(dsd, tok, block_size=lm.T, bs=lm.BS, seed=0, device=dev)
+    set_seed(1)
+    base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=lm.T, dropout=0.1).to(dev)
+    def aisaac(model, graphed):
+        timer = PassTimer(dev)
+        cbs = [BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=lm.WARMUP), GradClipCB(1.0), MixedPrecisionCB(torch.bfloat16), timer]
+        t = Trainer(dls, lambda out, labels: lm_loss(out, labels), lm.OPT, model, callbacks=cbs + ([CUDAGraphCB(strict=True, backend=BACKEND)] if graphed else []))
+        t.fit(steps=n, valid_every=n // 2, lr=lm.LR, valid=False)  # two passes: the second one's seconds (the first holds the warm-up and capture)
+        return timer.secs[-1] / (n // 2), torch.stack(timer.losses).float().cpu()
+    variants = {'eager, raw loop': lambda m: (lm.raw(m, dls.train, n, dev), None),
+                'eager, aisaac': lambda m: aisaac(m, False), 'graphed, aisaac': lambda m: aisaac(m, True)}
+    for f in variants.values(): f(copy.deepcopy(base))  # warm-up
+    res = {k: [] for k in variants}
+    for r in range(repeats):
+        for k in random.sample(list(variants), len(variants)):
+            set_seed(100 + r)  # the same dropout for each variant of a repeat
+            res[k].append(variants[k](copy.deepcopy(base)))
+    print(f"\n## 4c. the language-model recipe (GPT 4x192, fused AdamW, warm-up + cosine, bf16, clipping), {lm.BS} blocks of {lm.T} tokens, "
+          f"{n} training batches, {repeats} repeats\n")
+    print("| variant          | tokens/s | ms/batch | over eager aisaac |\n|------------------|----------|----------|-------------------|")
+    eager = [s for s, _ in res['eager, aisaac']]
+    for k, v in res.items():
+        secs = [s for s, _ in v]
+        print(f"| {k:<16} | {lm.BS * lm.T / statistics.median(secs):8,.0f} | {statistics.median(secs) * 1e3:8.2f} | "
+              f"{statistics.median(a / b for a, b in zip(eager, secs)):16.2f}x |")
+    diff = max(((a[1] - b[1]).abs() / b[1].abs()).max().item() for a, b in zip(res['graphed, aisaac'], res['eager, aisaac']))
+    speedup = statistics.median(a / b for a, (b, _) in zip(eager, res['graphed, aisaac']))
+    print(f"\n- the losses, graphed against eager from the same seed: at most {diff:.2%} apart over {n} batches (target: 1 %, bfloat16)")
+    print(f"- target: >= 2x eager aisaac's tokens/s, the same losses: {speedup:.2f}x, {diff:.2%} -> {'MET' if speedup >= 2 and diff <= 0.01 else 'MISSED'}")
+
+def section_graphs(dev, repeats, quick, stand_in):
+    global BACKEND
+    if dev.type != 'cuda' and not stand_in:
+        return print("\n## 4. whole-step CUDA graphs: GPU only (CUDAGraphCB runs eagerly on a CPU); `--stand-in` runs the section with EagerGraphs")
+    if stand_in: BACKEND = EagerGraphs(); print("\n# --stand-in: EagerGraphs replays by running the step again, the hand-written graph is the raw loop: NOT figures")
+    graphs_mlp(dev, 3 if quick else 11)
+    dsd = load_fashion_mnist()
+    graphs_vision(dev, (sample_dataset_dict(dsd, 4000, 500) if quick else dsd).with_transform(tfm))
+    graphs_lm(dev, 2 if quick else 3, 20 if quick else 200)
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help="'cuda' (default where there is a GPU) or 'cpu'")
@@ -327,7 +450,8 @@ def main():
     p.add_argument('--repeats', type=int, default=None, help='repeats of each variant (default: loop 21, recipe and data 5 on a GPU; 5 and 3 on a CPU; quick 2)')
     p.add_argument('--batches', type=int, default=None, help='training batches per timing of the recipe and data tables (default 50 on a GPU, 5 on a CPU, quick 2)')
     p.add_argument('--workers', type=int, default=None, help='DataLoader workers of the PIL path (default 8 on a GPU, 2 on a CPU)')
-    p.add_argument('--sections', nargs='+', default=['loop', 'recipe', 'data'], choices=['loop', 'recipe', 'data'])
+    p.add_argument('--sections', nargs='+', default=['loop', 'recipe', 'data'], choices=['loop', 'recipe', 'data', 'graphs'])
+    p.add_argument('--stand-in', action='store_true', help='graphs section on a CPU: EagerGraphs stands in for CUDA graphs (a check that it runs)')
     p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
     p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
     p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
@@ -353,6 +477,7 @@ def main():
         compile_too = (dev.type == 'cuda' and not args.no_compile) or args.compile
         if 'recipe' in args.sections: section_recipe(dev, dsd, reps, n, compile_too, n_warm)
         if 'data' in args.sections: section_data(dev, dsd, reps, n, workers, n_warm)
+    if 'graphs' in args.sections: section_graphs(dev, reps, args.quick, args.stand_in)
     print(f"\n# total {time.perf_counter() - t0:.0f} s")
 
 if __name__ == '__main__':

@@ -31,6 +31,11 @@ tokens/s counts the rows' positions (about 95 % of them real tokens when packed)
 `--parts`: where a batch of the recipe's GPT spends its time (forward + backward, clipping, the optimizer step), with
 `torch.optim.AdamW` built plainly (on a CPU, a Python loop over the tensors), `foreach=True` and `fused=True`, alternately.
 
+`--decay`: what leaving biases, norms and embeddings out of the weight decay does to the recipe (`aisaac.params`, on by default:
+`trainer.no_decay`). The recipe trained for `--batches` optimizer steps (its warm-up and cosine laid over them, 5 % warm-up), from one
+initial model and seed, with and without those groups, at AdamW's default weight decay (0.01, the tutorial's) and at nanoGPT's 0.1; the
+validation loss (the whole validation split, token-weighted) after each run. `--repeats` seeds per setting.
+
 `--hf` (needs `transformers`): the peer. A `transformers` GPT-2 of the same size (4 layers x 192, 4 heads, 128 positions,
 dropout 0.1, built from a config, no download) trained on the same blocks for the same batches, five ways, interleaved:
 
@@ -183,6 +188,30 @@ def parts(base, dl, dev, n):
             if i >= 5: ts.append((t1 - t0, t2 - t1, t3 - t2))
         print(f"| {name} | " + ' | '.join(f'{statistics.median(x) * 1000:.1f}' for x in zip(*ts)) + ' |', flush=True)
 
+def decay_runs(base, dls, n, dev, reps):
+    "The recipe for `n` steps with and without the no-decay groups, at weight decay 0.01 and 0.1: each run's validation loss, and the table"
+    print(f"# the language-model tutorial's recipe (GPT 4x192, fused AdamW, warm-up + cosine over {n} steps, bf16, clipping), "
+          f"{BS} blocks of {T} tokens, {reps} seed(s), on {dev.type}\n# {machine()}")
+    res = {}
+    for wd in (0.01, 0.1):
+        for no_decay in (True, False):
+            for seed in range(reps):
+                set_seed(100 + seed)
+                t = Trainer(dls, lm_loss, partial(OPT, weight_decay=wd), copy.deepcopy(base),
+                            callbacks=[BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=0.05), GradClipCB(1.0), MixedPrecisionCB(torch.bfloat16)])
+                t.no_decay = no_decay
+                t0 = time.perf_counter()
+                t.fit(steps=n, lr=LR)
+                loss = t.history.get_metric_values('valid_loss')[-1]
+                res.setdefault((wd, no_decay), []).append(loss)
+                print(f"#   weight decay {wd}, no-decay groups {'on ' if no_decay else 'off'}, seed {seed}: valid loss {loss:.4f} "
+                      f"({len(t.opt.param_groups)} parameter groups, {time.perf_counter() - t0:.0f} s)", flush=True)
+    print("\n| weight decay | no-decay groups (default) | all decayed (before) | difference |\n|---|---|---|---|")
+    for wd in (0.01, 0.1):
+        on, off = statistics.mean(res[wd, True]), statistics.mean(res[wd, False])
+        print(f"| {wd} | {on:.4f} | {off:.4f} | {on - off:+.4f} |")
+    return res
+
 def transformers_version():
     import transformers
     return transformers.__version__
@@ -191,7 +220,7 @@ def main():
     own = argparse.ArgumentParser(add_help=False)  # this script's options; the shared ones (and --help) are bench_args'
     own.add_argument('--hf', action='store_true'); own.add_argument('--precision', choices=['fp32', 'bf16', 'both'], default='bf16')
     own.add_argument('--sft', action='store_true'); own.add_argument('--examples', type=int, default=20_000)
-    own.add_argument('--parts', action='store_true')
+    own.add_argument('--parts', action='store_true'); own.add_argument('--decay', action='store_true')
     opts, sys.argv[1:] = own.parse_known_args()
     hf, precisions = opts.hf, (['fp32', 'bf16'] if opts.precision == 'both' else [opts.precision])
     reps, n, quick, dev = bench_args(__doc__, '2 repeats of 8 batches', device=True)
@@ -207,6 +236,7 @@ def main():
     set_seed(1)
     base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=T, dropout=0.1).to(dev)
     if opts.parts: return parts(base, dls.train, dev, n)
+    if opts.decay: return decay_runs(base, dls, n, dev, 1 if quick else reps)
     raw(copy.deepcopy(base), dls.train, 10, dev)  # warm-up: torch's first-call costs, oneDNN's kernel choices
     what = (f"the fine-tuning recipe, packed (WordNet glosses, {len(dls.train.tensors[0]):,} rows, {real:.0%} of positions a trained label)"
             if opts.sft else "the language-model tutorial's recipe")

@@ -47,7 +47,7 @@ SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template 
 # docs command runs this first, so a new notebook lands in its group by its number or folder alone.
 SIDEBAR = [
     ('Kernel',    r'^core/'),                   # the tiny trainer: its events, phases and loop
-    ('Layers',    r'^(1\d|2\d)_|\d+_learner'),     # the machinery's layers (1x), the trainer's (2x), the two assemblies, miniai's `Learner`
+    ('Layers',    r'^(1\d|2\d)[a-z]?_|\d+_learner'),     # the machinery's layers (1x), the trainer's (2x), the two assemblies, miniai's `Learner`
     ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
     ('Data',      r'^3\d_'),
     ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
@@ -60,7 +60,7 @@ HOME = 'index.ipynb'
 
 def _order(nb):
     "Sort key within a group: FIRST, then the layer number of the file name, then the path"
-    m = re.match(r'(\d+)_', Path(nb).name)
+    m = re.match(r'(\d+)[a-z]?_', Path(nb).name)
     return (FIRST.index(nb) if nb in FIRST else len(FIRST), int(m.group(1)) if m else 10**6, nb)
 OUTPUTS_REQUIRED = ('tutorials/', 'guides/')  # pages that must carry outputs at all; on every page, a cell that should show something must
 

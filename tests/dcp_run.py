@@ -22,6 +22,9 @@ Each JOB, run in turn in the same processes, is
                                the first checkpoint (in `_written`, before the agreement) until it has taken 3 more training batches,
                                and records them, with whether the checkpoint was still under way at each; `fails`: process 1 cannot write its random state for the
                                second checkpoint (an OSError in the background), and the fit's error is recorded
+    logs:NAME:DIR:EPOCHS[:CKPT:FROM]  as straight, with MetricsCB, CSVLogger, JSONLinesLogger and ResultsFileCB writing OUT/NAME.csv,
+                               OUT/NAME.jsonl and OUT/NAME.results.jsonl; with CKPT, the fit resumes it, in copies of the files the
+                               job FROM wrote (as an interrupted run leaves them: past the checkpoint)
 A JOB whose kind starts with 'f' (fstraight, fresume, fpreempt, faccum, fbest) leaves the model whole and gives the trainer `FSDPCB`, which
 shards it in its `before_fit` (under torchrun; on one plain process the model stays whole and no FSDPCB is added).
 Each job writes OUT/NAME.pt (main process: the final weights, whole) and OUT/NAME_<rank>.json (the SHA-256 of the process's torch
@@ -32,7 +35,7 @@ raises, as NCCL (the backend of every GPU run) does: a stand-in for NCCL's rule 
 The data give every process its part of the same global batch of 8 sequences, whatever the number of processes (process r of W takes
 rows r, r+W, ... and batches of 8/W), so a run on 1 process and one on 2 take the same optimizer steps (up to float rounding).
 """
-import datetime, hashlib, json, os, signal, sys, threading, warnings
+import datetime, hashlib, json, os, shutil, signal, sys, threading, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -50,9 +53,12 @@ from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, SaveBestModelCB, last_checkpoint
 from aisaac.callbacks.gradients import GradAccumCB
 from aisaac.callbacks.metrics import MetricsCB
+from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+from aisaac.callbacks.results import ResultsFileCB
 from aisaac.callbacks.sharding import FSDPCB
 
 V, T, N, BS = 32, 8, 64, 8  # vocabulary, tokens per sequence, sequences, global batch
+LOG_FILES = ('.csv', '.jsonl', '.results.jsonl')  # what a 'logs' job writes
 BROADCASTS = [0]  # the `dist.broadcast`s aisaac's own code made in this job
 
 def _watch(name, f):
@@ -184,6 +190,16 @@ def run(out, job):
             try: t.fit(int(n), lr=1e-2)
             except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
             res.update(during=during.batches, at_error=during.last)
+        elif kind == 'logs':
+            dir, n, *resume = args
+            files = [out/f'{name}{ext}' for ext in LOG_FILES]
+            if resume and rank == 0:
+                for f, ext in zip(files, LOG_FILES): shutil.copy(out/f'{resume[1]}{ext}', f)
+            if resume: dist.barrier()
+            t, rec = make([MetricsCB(), CSVLogger(files[0]), JSONLinesLogger(files[1]), ResultsFileCB(files[2]),
+                           CheckpointCB(dir, every_n_epochs=None, keep_last=None, every='4 steps')])
+            try: t.fit(int(n), lr=1e-2, resume_from=resume[0] if resume else None)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
         elif kind == 'export':
             t, rec = make()
             t.load_checkpoint(last_checkpoint(args[0]))

@@ -5,8 +5,10 @@
 CASE is 'cancel' (rank 0 raises CancelFitException in `after_loss` once 3 optimizer steps are taken), 'early' (EarlyStoppingCB stops
 on rank 0 only, whose metric gets worse after epoch 0), 'epoch' (rank 1 raises CancelEpochException in `after_batch` once 2 steps are
 taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on for 15 s as a notebook's kernel
-would) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s) or 'preempt'
-(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)). With `plain` the fit runs without the agreements
+would) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s),
+'loader_end' (the same at the loader's end, after its 4th and last batch, with MetricsCB, whose end of the pass is a collective) or 'preempt'
+(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'refuse_all' (every
+process refuses each of 20 fits: a callback raises TypeError in `before_fit`; each process writes the error of each fit). With `plain` the fit runs without the agreements
 (`trainer.ranks_agree = False`): each case then ends wrong, or waits for the other process, until the gloo timeout (60 s here)
 or until that process exits. Each process writes OUT/result_<rank>.json:
 its outcome, error, optimizer steps, last epoch, weights, the stop's exception and times.
@@ -23,6 +25,7 @@ from aisaac.core.callback import Callback, CancelEpochException, CancelFitExcept
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB
+from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import PreemptionCB
 
 class RaiseAt(Callback):
@@ -47,6 +50,19 @@ class Score(Callback):
     def after_validate(self, trainer):
         trainer.history.update_metric('score', float(trainer.epoch if dist.get_rank() == 0 else -trainer.epoch), step=trainer.epoch)
 
+class Refuse(Callback):
+    "Refuse the fit on every process: a TypeError in `before_fit`"
+    def before_fit(self, trainer): raise TypeError(f'refused on rank {dist.get_rank()}')
+
+def refuse_all(model, n=20):
+    "`n` fits, each refused on every process: the error each raised"
+    errors = []
+    for _ in range(n):
+        t = Trainer(loaders(), nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB(), Refuse()])
+        try: t.fit(1)
+        except Exception as e: errors.append(f'{type(e).__name__}: {e}')
+    return errors
+
 class FailingLoader:
     "`dl`, whose iteration raises OSError at batch `at` on process `rank`"
     def __init__(self, dl, rank, at): self.dl, self.rank, self.at, self.raised_at = dl, rank, at, None
@@ -57,6 +73,9 @@ class FailingLoader:
                 self.raised_at = time.time()
                 raise OSError(f'the disk is gone on rank {self.rank}')
             yield b
+        if self.at == len(self.dl) and dist.get_rank() == self.rank and self.raised_at is None:  # at the loader's end, after its last batch
+            self.raised_at = time.time()
+            raise OSError(f'the disk is gone on rank {self.rank}')
 
 def loaders(n=64, n_valid=32, bs=4):
     "8 training and 4 validation batches per process"
@@ -70,6 +89,7 @@ CASES = {'cancel': lambda: [RaiseAt(0, 'after_loss', 3, CancelFitException('rank
          'epoch': lambda: [RaiseAt(1, 'after_batch', 2, CancelEpochException('rank 1 ends the pass'))],
          'error': lambda: [RaiseAt(1, 'after_loss', 3, ValueError('a bad batch on rank 1'))],
          'early': lambda: [Score(), EarlyStoppingCB(patience=1, threshold=0., watch_metric='score')], 'loader': lambda: [],
+         'loader_end': lambda: [MetricsCB(show=False)],
          'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)]}
 
 if __name__ == '__main__':
@@ -78,9 +98,13 @@ if __name__ == '__main__':
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    if case == 'refuse_all':
+        (out/f'result_{rank}.json').write_text(json.dumps({'rank': rank, 'errors': refuse_all(model)}))
+        dist.destroy_process_group(); sys.exit()
     cbs = CASES[case]()
     dls = loaders()
     if case == 'loader': dls.valid = FailingLoader(dls.valid, 1, 2)
+    if case == 'loader_end': dls.valid = FailingLoader(dls.valid, 1, 4)
     trainer = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB(), *cbs])
     if plain: trainer.ranks_agree = False
     res, start = {'rank': rank}, time.time()
@@ -89,9 +113,9 @@ if __name__ == '__main__':
     exc = getattr(trainer, 'exception', None)
     res.update(ended=time.time(), fit_seconds=time.time() - start, outcome=trainer.outcome, steps=trainer.clock.step, epoch=trainer.epoch,
                weights=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(), stop_reason=trainer.stop_reason,
-               exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(cbs[0] if cbs else dls.valid, 'raised_at', None),
+               exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(dls.valid if case.startswith('loader') else cbs[0], 'raised_at', None),
                checkpoints=sorted(p.name for p in (out/'ckpt').glob('*.pt')) if case == 'preempt' else None)
     (out/f'result_{rank}.json').write_text(json.dumps(res))
-    if case in ('error', 'loader') and res['raised_at'] is not None: time.sleep(15)  # it goes on a while (a notebook's kernel would): the other must not wait
+    if case in ('error', 'loader', 'loader_end') and res['raised_at'] is not None: time.sleep(15)  # it goes on a while (a notebook's kernel would): the other must not wait
     try: dist.destroy_process_group()
     except Exception: pass

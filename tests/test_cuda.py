@@ -2,7 +2,8 @@
 float32 and against the same steps written by hand), no host sync per batch from the core callbacks, data that stays on
 the GPU, pinned memory and `non_blocking` copies, checkpoints written on the GPU and resumed on the CPU (and back, with
 the CUDA random states), `CompileCB` with inductor, `AccelerateCB` in fp16/bf16, the memory and speed monitors, a CPU
-run that never starts CUDA, and the vision tutorial's recipe on the GPU.
+run that never starts CUDA, the vision tutorial's recipe on the GPU, and whole-step CUDA graphs (`CUDAGraphCB`: the eager
+weights, exact resume, no host sync in a replayed batch, a model that cannot be captured) with data held on the GPU (`DeviceLoader`).
 
 Every test marked `cuda` is skipped where `torch.cuda.is_available()` is False (tests/conftest.py skips them, and
 `pytest -rs tests/test_cuda.py` prints the reason). On a machine with a GPU: `pytest -m cuda tests/test_cuda.py -rs`
@@ -33,6 +34,11 @@ from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.precision import MixedPrecisionCB
 from aisaac.callbacks.compilation import CompileCB
 from aisaac.callbacks.monitors import MemoryMonitorCB, SpeedMonitorCB, memory_stats
+from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
+from aisaac.callbacks.graphs import CUDAGraphCB, GraphWarning
+from aisaac.devicedata import DeviceLoader, FlipLR, Translate, Cutout, device_dataloaders
+import graph_fits as gf
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.cuda
@@ -535,6 +541,103 @@ def test_the_vision_recipe_on_the_gpu(fmnist, record_property):
         record_property(k, v)  # in the JUnit XML (`--junitxml`)
     assert t.DeviceCB.device.type == 'cuda' and t.MixedPrecisionCB.amp_dtype == torch.float16
     assert acc > 0.915 and secs < 120, (acc, secs)  # 0.929 in 196 s on 2 CPU cores (bfloat16)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# whole-step CUDA graphs (CUDAGraphCB) and data that stays on the GPU (DeviceLoader); their CPU logic: tests/test_graphs.py,
+# tests/test_devicedata.py
+
+GRAPH_CBS = {'plain': lambda: [], 'clip, warm-up and cosine': lambda: [GradClipCB(1.), WarmupCosineSchedulerCB(warmup=4)],
+             'accumulation': lambda: [GradAccumCB(2), OneCycleSchedulerCB(cycle_momentum=False)], 'bfloat16': lambda: [MixedPrecisionCB(torch.bfloat16)]}
+
+@cuda
+@pytest.mark.parametrize('opt', ['AdamW', 'SGD'])
+@pytest.mark.parametrize('cbs', GRAPH_CBS)
+def test_a_graphed_fit_gives_the_eager_weights(cbs, opt):
+    "From the same seed: bit for bit the same steps never replayed (CUDAGraphCB with an endless warm-up: the same capturable or fused step); "
+    "a fit without CUDAGraphCB within rtol 1e-4, atol 1e-5 after 4 epochs (bfloat16: rtol 1e-2, atol 5e-4; its rounding amplifies the "
+    "difference of a float32 learning rate: on the CPU, with EagerGraphs, the largest differences are 4.8e-7, and 5.5e-5 in bfloat16)"
+    kw = lambda: dict(device=DEV, dls=gf.tensor_dls(device=DEV), opt_func=getattr(torch.optim, opt), n_epochs=4)
+    extra = GRAPH_CBS[cbs]
+    t, w = gf.fit(*extra(), CUDAGraphCB(strict=True), **kw())
+    assert t.CUDAGraphCB.counts['replayed'] > t.CUDAGraphCB.counts['eager'], t.CUDAGraphCB.counts
+    _, w_eager = gf.fit(*extra(), CUDAGraphCB(warmup=10**6), **kw())
+    _, w_plain = gf.fit(*extra(), **kw())
+    assert torch.equal(w, w_eager), (w - w_eager).abs().max()
+    torch.testing.assert_close(w, w_plain, **(dict(rtol=1e-2, atol=5e-4) if cbs == 'bfloat16' else dict(rtol=1e-4, atol=1e-5)))
+
+@cuda
+def test_a_graphed_fit_resumes_exactly_on_the_gpu(tmp_path):
+    "Stopped inside an epoch and resumed (fresh warm-up and captures): the uninterrupted graphed run's weights and losses, bit for bit"
+    def run(*cbs, resume=None):
+        losses = gf.Losses()
+        t = gf.make_trainer(OneCycleSchedulerCB(cycle_momentum=False), GradAccumCB(2), losses, CUDAGraphCB(strict=True), *cbs, device=DEV, dls=gf.tensor_dls(device=DEV))
+        t.fit(4, lr=1e-2, resume_from=resume)
+        return t, losses.values()
+    t, losses = run()
+    run(gf.StopAt(tmp_path/'c.pt', 2, 3))
+    t2, losses2 = run(resume=tmp_path/'c.pt')
+    assert torch.equal(gf.weights(t.model), gf.weights(t2.model))
+    assert torch.equal(losses[-len(losses2):], losses2)
+
+@cuda
+def test_no_host_sync_inside_a_replayed_batch():
+    "From the second epoch every batch is a replay (warm-up 1): `set_sync_debug_mode('error')` from the batch's start to its end, with "
+    "MetricsCB and a metric, one cycle, clipping, bfloat16 and data held by a DeviceLoader on the GPU; and a DeviceLoader's whole epoch"
+    class NoSync(Callback):
+        cuda_graph = 'host'
+        def before_fit(self, t): self.checked = 0
+        def after_dataloader(self, t):
+            if t.epoch >= 1: torch.cuda.set_sync_debug_mode('error')
+        def cleanup_batch(self, t):
+            self.checked += torch.cuda.get_sync_debug_mode() == 2
+            torch.cuda.set_sync_debug_mode('default')
+    (x, y), (xv, yv) = synth(2048, seed=1), synth(512, seed=2)
+    dls = DataLoaders(DeviceLoader(x, y, bs=64, shuffle=True, drop_last=True, seed=0, device=DEV), DeviceLoader(xv, yv, bs=512, device=DEV))
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, mlp().to(DEV),
+                callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False), OneCycleSchedulerCB(cycle_momentum=False), GradClipCB(1.),
+                           MixedPrecisionCB(torch.bfloat16), NoSync(), CUDAGraphCB(warmup=1, strict=True)])
+    try: t.fit(3, lr=1e-2)
+    finally: torch.cuda.set_sync_debug_mode('default')
+    assert (t.NoSync.checked, dict(t.CUDAGraphCB.counts)) == (2 * (32 + 1), {'eager': 2, 'captured': 2, 'replayed': 3 * 33 - 2}), (t.NoSync.checked, t.CUDAGraphCB.counts)
+    imgs = DeviceLoader(torch.randn(512, 1, 28, 28), torch.randint(0, 10, (512,)), bs=64, shuffle=True, seed=0, device=DEV,
+                        tfms=[FlipLR(), Translate(2), Cutout(8)])
+    torch.cuda.set_sync_debug_mode('error')
+    try: batches = [b for b in imgs]
+    finally: torch.cuda.set_sync_debug_mode('default')
+    assert len(batches) == 8 and all(b.is_cuda for bt in batches for b in bt)
+
+@cuda
+def test_a_model_that_reads_a_value_in_its_forward_is_not_captured_and_the_fit_goes_on():
+    "Data-dependent control flow (`if x.mean() > 0`) cannot be captured: a GraphWarning that says so, the fit goes on eagerly, CUDA still works"
+    class Branchy(nn.Module):
+        def __init__(self): super().__init__(); self.net = mlp()
+        def forward(self, x): return self.net(x) if x.mean() > -10 else -self.net(x)
+    with pytest.warns(GraphWarning, match='the training step could not be captured'):
+        t, w = gf.fit(CUDAGraphCB(), device=DEV, dls=gf.tensor_dls(device=DEV), model=Branchy, n_epochs=2)
+    assert len(t.history.get_metric_values('valid_loss')) == 2 and torch.isfinite(w).all()
+    torch.cuda.synchronize()
+
+@cuda
+def test_the_default_float16_is_refused_with_its_reason_on_the_gpu():
+    with pytest.raises(ValueError, match='MixedPrecisionCB uses float16, whose gradient scaler reads on the host'):
+        gf.fit(MixedPrecisionCB(), CUDAGraphCB(strict=True), device=DEV, dls=gf.tensor_dls(device=DEV))
+
+@cuda
+def test_the_vision_recipe_graphed_with_its_data_on_the_gpu(fmnist, record_property):
+    "The vision tutorial's recipe (ResNet, AdamW, one cycle of the learning rate only, crop and flip) in bfloat16 with DeviceLoader and CUDAGraphCB: 5 epochs"
+    dls = device_dataloaders(fmnist, 256, tfms=[FlipLR(), Translate(1, mode='replicate')], seed=0, device=DEV)
+    set_seed(1)
+    model = get_model_resnet().to(DEV, memory_format=torch.channels_last)
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model,
+                callbacks=[BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False), OneCycleSchedulerCB(cycle_momentum=False),
+                           MixedPrecisionCB(torch.bfloat16), CUDAGraphCB(strict=True)])
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    t.fit(5, lr=0.01)
+    torch.cuda.synchronize(); secs = time.perf_counter() - t0
+    acc = t.MetricsCB.metrics_epoch[-1]['Accuracy']
+    for k, v in (('device', torch.cuda.get_device_name()), ('accuracy', acc), ('seconds', secs), ('counts', dict(t.CUDAGraphCB.counts))):
+        record_property(k, v)
+    assert acc > 0.92 and t.CUDAGraphCB.counts['replayed'] > 1000, (acc, secs, t.CUDAGraphCB.counts)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # on any machine: the device logic the CUDA paths rest on

@@ -241,6 +241,27 @@ def test_aisaac_collectives_keep_to_nccl_and_a_checkpoint_period_of_steps_needs_
         assert result(tmp_path, 'steps', r)['broadcasts'] == 0 and result(tmp_path, 'clock', r)['broadcasts'] == 8
         assert result(tmp_path, 'best', r)['best_epoch'] == 0 and result(tmp_path, 'best', r)['broadcasts'] == 2  # (one an epoch)
 
+def test_an_fsdpcb_run_resumed_on_2_processes_writes_the_logs_of_the_uninterrupted_run(tmp_path):
+    """MetricsCB, CSVLogger, JSONLinesLogger and ResultsFileCB in an FSDPCB fit of 2 epochs with a checkpoint every 4 steps; the run
+    resumed from the checkpoint at the end of epoch 0's training (r8) and from the one in the middle of epoch 1 (r12), each in the
+    files the uninterrupted run left (as an interrupted run leaves them, past the checkpoint): the CSV and JSON lines end as the
+    uninterrupted run's, byte for byte, and the results file has its events. Before, the loggers, switched off on rank 1, still
+    loaded their state there, and the next sharded checkpoint's `state_dict` flushed the CSV logger on rank 1, rewriting the main
+    process's file with the checkpoint's rows: r8's CSV was 'epoch' and the row of epoch 1 ('epoch\\n1,3.43...'), the header and
+    epoch 0 gone. And ResultsFileCB's `state_dict` raised AttributeError on rank 1 (no run started there): the fit hung"""
+    ok(tmp_path, 2, f'flogs:u:{tmp_path}/cu:2', f'flogs:r8:{tmp_path}/c8:2:{tmp_path}/cu/checkpoint_0000_000008:u',
+       f'flogs:r12:{tmp_path}/c12:2:{tmp_path}/cu/checkpoint_0001_000004:u')
+    csv, lines = (tmp_path/'u.csv').read_text(), (tmp_path/'u.jsonl').read_text()
+    assert csv.splitlines()[0] == 'epoch,train_loss,valid_loss' and len(csv.splitlines()) == 3, csv
+    assert len(lines.splitlines()) == 2, lines
+    events = lambda name: [(e['event'], e.get('epoch'), e.get('metrics')) for e in map(json.loads, (tmp_path/f'{name}.results.jsonl').read_text().splitlines())]
+    assert [e[0] for e in events('u')] == ['run_start', 'epoch', 'epoch', 'run_stop']
+    for name in ('r8', 'r12'):
+        for r in (0, 1): assert 'error' not in result(tmp_path, name, r), result(tmp_path, name, r)
+        assert (tmp_path/f'{name}.csv').read_text() == csv, name
+        assert (tmp_path/f'{name}.jsonl').read_text() == lines, name
+        assert events(name) == events('u'), name
+
 # ------------------------------------------------------------------------------------------------ written in the background
 
 @pytest.fixture(scope='module')

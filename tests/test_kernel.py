@@ -12,7 +12,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 PKG, NBS = ROOT/'aisaac', ROOT/'nbs'
 LAYERS = ['compat', 'policy', 'around', 'rewrite', 'declared', 'depends', 'guards', 'registry', 'overview', 'plans', 'dispatch',
-          'clock', 'steps', 'logs', 'ranks', 'persist', 'checkpoint', 'trainer']
+          'clock', 'steps', 'logs', 'ranks', 'persist', 'checkpoint', 'evals', 'params', 'trainer']
 
 # ---------------------------------------------------------------- the kernel's own tests, on any pair of (CallbackMixin, Trainer) classes
 
@@ -168,7 +168,7 @@ def _layered(name):
                'fit_error', 'end_fit', 'one_pass', 'train_loader', 'summarize_callbacks', 'trace', 'save_checkpoint', 'log', 'one_epoch'))]
     return layers, type('Mixin', (*layers, Mixin), {}), type('Trainer', (*layers, Trainer), {})
 
-LAYER_MODULES = ['compat', 'policy', 'around', 'rewrite', 'declared', 'depends', 'registry', 'plans', 'steps', 'logs', 'ranks', 'checkpoint']
+LAYER_MODULES = ['compat', 'policy', 'around', 'rewrite', 'declared', 'depends', 'registry', 'plans', 'steps', 'logs', 'ranks', 'checkpoint', 'evals', 'params']
 
 @pytest.mark.parametrize('name', LAYER_MODULES)
 def test_the_kernels_tests_pass_with_one_layer_added(name):

@@ -170,3 +170,119 @@ def test_the_loss_of_a_model_that_shifts_its_labels_counts_n_minus_1_tokens_a_ro
     t.fit(1, lr=0.1, train=False)
     m.eval()
     assert t.MetricsCB.losses_epoch[-1]['valid'] == pytest.approx(_hand_loss(m, batches), rel=1e-6)
+
+
+def test_a_callback_after_metricscb_reads_this_epochs_row_in_after_epoch():
+    """miniai's MetricsCB logs in `after_epoch`: a stopper or saver ordered after it (`order = 10`) reads the epoch's row there. Before,
+    aisaac's made the row in `cleanup_epoch`, so such a callback saw 0 rows at epoch 0 and epoch 0's row at epoch 1, silently"""
+    from aisaac.core.callback import Callback
+    class Reader(Callback):
+        order = 10
+        def __init__(self): self.seen, self.logged = [], []
+        def log_metrics(self, trainer, metrics): self.logged.append(metrics)
+        def after_epoch(self, trainer):
+            m = trainer.MetricsCB
+            self.seen.append((trainer.epoch, trainer.training, len(m.losses_epoch), len(m.metrics_epoch), dict(m.losses_epoch[-1]) if m.losses_epoch else None,
+                              trainer.history.get_metric_steps('valid_loss')[-1:] if 'valid_loss' in trainer.history.metric_names else []))
+    torch.manual_seed(0)
+    r = Reader()
+    t = Trainer(dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False), r])
+    t.fit(2, lr=0.05)
+    valid = [s for s in r.seen if not s[1]]
+    assert [(e, n, k, h) for e, _, n, k, _, h in valid] == [(0, 1, 1, [0]), (1, 2, 2, [1])], r.seen
+    assert [s[4] for s in valid] == t.MetricsCB.losses_epoch  # this epoch's row, not the one before
+    assert [{k: v for k, v in row.items() if k != 'epoch'} for row in r.logged] == [{**l, **m} for l, m in zip(t.MetricsCB.losses_epoch, t.MetricsCB.metrics_epoch)]
+    # without validation the row is made after the training pass, and read there
+    r2 = Reader()
+    t.fit(1, valid=False, callbacks=r2)
+    assert [(tr, n) for _, tr, n, *_ in r2.seen] == [(True, 3)] and r2.seen[0][4] == t.MetricsCB.losses_epoch[-1] and 'valid' not in r2.seen[0][4]
+
+
+def test_a_pass_cancelled_before_after_epoch_still_makes_its_row_once():
+    "A CancelEpochException in the validation pass skips `after_epoch`: the row is made in `cleanup_epoch`, from the batches done, once"
+    from aisaac.core.callback import Callback, CancelEpochException
+    class StopValid(Callback):
+        def after_batch(self, trainer):
+            if not trainer.training and trainer.batch_num == 1: raise CancelEpochException()
+    class StopAfter(Callback):  # after MetricsCB in `after_epoch`: the row is made already
+        order = 10
+        def after_epoch(self, trainer):
+            if not trainer.training: raise CancelEpochException()
+    for cb, n_valid in ((StopValid(), 2), (StopAfter(), 10)):
+        torch.manual_seed(0)
+        t = Trainer(dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(show=False), cb])
+        t.fit(2, lr=0.05)
+        assert len(t.MetricsCB.losses_epoch) == 2 and t.history.get_metric_steps('valid_loss') == [0, 1]
+        assert len(t.history.get_metric_values('valid_loss', per='batch')) == 2 * n_valid
+
+
+def test_a_stop_after_metricscb_in_after_epoch_keeps_the_epochs_row_in_the_table_and_on_the_bar():
+    """Issue 38, the custom-callbacks tutorial's stopper: it reads the epoch's row in `after_epoch`, after MetricsCB, and raises
+    CancelFitException at epoch 2. The progress table has the rows of epochs 0, 1 and 2, and the bar says 3 epochs done (before:
+    stopping from `log_metrics` dropped the stopping epoch's row, and the bar stayed at 2/10)"""
+    import contextlib, io
+    from aisaac.core.callback import Callback, CancelFitException
+    from aisaac.callbacks.progress import ProgressCB
+    class Stop(Callback):
+        order = MetricsCB.order + 1
+        def __init__(self): self.rows = []
+        def after_epoch(self, trainer):
+            if trainer.training: return
+            self.rows.append(trainer.MetricsCB.metrics_epoch[-1])
+            if trainer.epoch == 2: raise CancelFitException()
+    for bars in (False, True):
+        torch.manual_seed(0)
+        p, stop, out = ProgressCB(bars=bars), Stop(), io.StringIO()
+        t = Trainer(dls(), nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy()), p, stop])
+        with contextlib.redirect_stdout(out): t.fit(10, lr=0.05)
+        assert stop.rows == t.MetricsCB.metrics_epoch and len(stop.rows) == 3 and t.outcome == 'cancelled'
+        if not bars: assert [l.split()[0] for l in out.getvalue().splitlines()] == ['epoch', '0', '1', '2'], out.getvalue()
+        else: assert (p.rows, p.mbar.main_bar.last_v) == (3, 3)
+
+
+def _sets(**sets):
+    from aisaac.evals import EvalSetsCB
+    return EvalSetsCB(**sets)
+
+def test_an_evaluation_sets_pass_cancelled_or_failing_keeps_the_epochs_row():
+    """Evaluation sets (aisaac.evals): a CancelEpochException in the pass on `dls.valid` or on set `a` ends that pass only; its batches
+    so far are recorded, the sets after it run, and the epoch's row is logged once, after the last. An error in set `a`'s pass logs
+    the epoch's row (dls.valid's numbers, a's so far) before the fit raises; b, after it, is not evaluated"""
+    from aisaac.core.callback import Callback, CancelEpochException
+    class Stop(Callback):
+        def __init__(self, where, exc): self.where, self.exc = where, exc
+        def after_batch(self, trainer):
+            if not trainer.training and getattr(trainer.eval_set, 'name', 'valid') == self.where and trainer.batch_num == 0: raise self.exc
+    class Rows(Callback):
+        def __init__(self): self.rows = []
+        def log_metrics(self, trainer, metrics): self.rows.append(metrics)
+    d = dls()
+    for where in ('valid', 'a'):
+        torch.manual_seed(0)
+        rows = Rows()
+        t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False),
+                    _sets(a=d.valid[:3], b=d.valid[3:5]), Stop(where, CancelEpochException()), rows])
+        t.fit(2, lr=0.05)
+        assert [list(r) for r in rows.rows] == [['epoch', 'train', 'valid', 'acc', 'a/valid', 'a/acc', 'b/valid', 'b/acc']] * 2
+        n = {'valid': len(d.valid), 'a': 3, 'b': 2, where: 1}
+        for s in ('valid', 'a', 'b'):
+            name = 'valid_loss' if s == 'valid' else f'{s}/valid_loss'
+            assert t.history.get_metric_steps(name) == [0, 1] and len(t.history.get_metric_values(name, per='batch')) == 2 * n[s], s
+    torch.manual_seed(0)
+    rows = Rows()
+    t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Linear(4, 2), callbacks=[BasicTrainCB(), MetricsCB(acc=MulticlassAccuracy(), show=False),
+                _sets(a=d.valid[:3], b=d.valid[3:5]), Stop('a', ValueError('a bad batch')), rows])
+    with pytest.raises(ValueError, match='a bad batch'): t.fit(2, lr=0.05)
+    assert len(rows.rows) == 1 and rows.rows[0]['b/valid'] is None and rows.rows[0]['valid'] == t.history.get_latest_metric('valid_loss')
+    assert t.history.metric_names == ['train_loss', 'valid_loss', 'acc', 'a/valid_loss', 'a/acc'] and t.history.get_metric_steps('a/valid_loss') == [0]
+
+def test_each_evaluation_set_has_its_own_metrics_on_the_models_device_reset_each_pass():
+    "A set without metrics of its own gets copies of MetricsCB's (not the same objects), moved with them to the model's device, reset after each pass"
+    d = dls()
+    m = MetricsCB(acc=MulticlassAccuracy(), show=False)
+    t = Trainer(d, nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2), callbacks=[BasicTrainCB(), m, _sets(a=d.valid, b=d.valid)])
+    t.fit(2, lr=0.)
+    assert m.set_metrics['a']['acc'] is not m.metrics['acc'] and m.set_metrics['a']['acc'] is not m.set_metrics['b']['acc']
+    h = t.history
+    assert h.get_metric_values('acc') == h.get_metric_values('a/acc') == h.get_metric_values('b/acc') and len(set(h.get_metric_values('acc'))) == 1
+    assert all(m.device == torch.device('cpu') for m in m.set_metrics['a'].values())

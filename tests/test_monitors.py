@@ -248,3 +248,16 @@ def test_per_epoch_values_take_the_runs_epoch_as_metricscb_does():
     assert h.get_metric_steps('train_loss') == [0, 1, 2, 3]
     assert h.get_metric_steps('rss_mib') == [0, 1, 2, 3]
     assert h.get_metric_steps('epoch_samples_per_sec') == [2]
+
+
+def test_lr_monitor_shows_each_layer_group_by_name():
+    "A fit at `lr=slice(lo, hi)` with AdamW: one series per layer group, named after it (a group's half without weight decay not twice)"
+    from aisaac.callbacks.schedule import OneCycleSchedulerCB
+    t = trainer(lrmon := LRMonitorCB(), OneCycleSchedulerCB(), opt_func=torch.optim.AdamW)
+    t.fit(2, lr=slice(1e-3, 1e-2))
+    assert [(g['name'], g.get('no_decay', False)) for g in t.opt.param_groups] == [('body', False), ('body', True), ('head', False), ('head', True)]
+    assert sorted(lrmon.recs) == ['beta1_body', 'beta1_head', 'lr_body', 'lr_head']
+    body, head = t.history.get_metric_values('lr_body', per='batch'), t.history.get_metric_values('lr_head', per='batch')
+    assert len(body) == 8 and body == pytest.approx([h / 10 for h in head]) and max(head) == pytest.approx(1e-2, rel=0.05)
+    t.fit(1, lr=1e-2)  # one rate, AdamW: two groups (with and without decay), one name: `lr`, as before
+    assert sorted(lrmon.recs) == ['beta1', 'lr'] and len(t.opt.param_groups) == 2

@@ -61,3 +61,22 @@ def test_an_error_outside_the_handlers_on_rank_1_ends_rank_0_naming_it(tmp_path)
     assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1')
     assert r0['steps'] == r1['steps'] == 8
     assert r0['ended'] - r1['raised_at'] < 10
+
+def test_when_every_process_refuses_a_fit_each_raises_its_own_error_every_time(tmp_path):
+    """Every process raises TypeError in `before_fit`, 20 fits in a row: the agreement picks rank 0's, and each process raises its own
+    TypeError every time. Before, the store's first poster won afterwards: rank 0 raised `ProcessFailedError('rank 1 failed: ...')` in
+    about half of the fits (11 of 20 here), rank 1 `'rank 0 failed'` in others, at random"""
+    r0, r1 = launch(tmp_path, 'refuse_all')
+    assert r0['errors'] == ['TypeError: refused on rank 0'] * 20, r0['errors']
+    assert r1['errors'] == ['TypeError: refused on rank 1'] * 20, r1['errors']
+
+def test_an_error_at_the_end_of_rank_1s_loader_ends_rank_0_waiting_for_the_epochs_metrics(tmp_path):
+    """Rank 1's validation loader raises OSError at its end, after the last batch (the pass's last agreement is behind), outside any
+    handler; rank 0 goes on to `after_epoch`, where MetricsCB gathers the pass's figures from both processes. Rank 1 does not come:
+    its fit ends, closing the fit's own group (`_fit_group`), so rank 0 stops waiting within seconds and names rank 1's error. (In
+    the process-wide `_small_group`, which no failing fit closes, rank 0 waited there until rank 1's process exited)"""
+    r0, r1 = launch(tmp_path, 'loader_end')
+    assert (r1['outcome'], r1['error']) == ('error', 'OSError: the disk is gone on rank 1')
+    assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1'), r0
+    assert r0['steps'] == r1['steps'] == 8
+    assert r0['ended'] - r1['raised_at'] < 10

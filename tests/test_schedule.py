@@ -7,7 +7,7 @@ from torch import nn
 
 from aisaac.core.callback import Callback
 from aisaac.callbacks.schedule import (BaseSchedulerCB, BatchSchedulerCB, EpochSchedulerCB, OneCycleSchedulerCB,
-                                       BaseSchedCB, BatchSchedCB, EpochSchedCB)
+                                       BaseSchedCB, BatchSchedCB, EpochSchedCB, WarmupCosineSchedulerCB, PlateauSchedulerCB)
 from tiny import make_trainer
 import tiny
 from aisaac.trainer import Trainer
@@ -198,3 +198,18 @@ def test_a_fit_after_one_that_accumulated_plans_its_own_steps():
     t.fit(2, callbacks=[GradAccumCB(4)], valid=False)
     t.fit(2, callbacks=[sched := OneCycleSchedulerCB()], valid=False)
     assert t.planned_steps() == sched.scheduler.total_steps == 2 * N_TRAIN and t.clock.step == 2 + 2 * N_TRAIN
+
+@pytest.mark.parametrize('make', [lambda: OneCycleSchedulerCB(), lambda: WarmupCosineSchedulerCB(warmup=2),
+                                  lambda: BatchSchedCB(partial(torch.optim.lr_scheduler.CosineAnnealingLR, T_max=10)),
+                                  lambda: EpochSchedulerCB(partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)),
+                                  lambda: PlateauSchedulerCB(patience=0, factor=0.5)],
+                         ids=['one-cycle', 'warm-up and cosine', 'torch scheduler per batch', 'torch scheduler per epoch', 'plateau'])
+def test_every_schedule_keeps_the_ratio_of_the_layer_groups_rates(make):
+    "`fit(lr=slice(1e-3, 1e-2))` on a body and a head: at every step of every schedule the body's rate is a tenth of the head's, and the schedule moved"
+    rec, worse = StepRecorder(), tiny.Script(valid_loss=[1., 2., 3.])  # (a valid loss that only grows: the plateau scheduler lowers the rates)
+    model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
+    t = make_trainer([worse, make(), rec], opt_func=partial(torch.optim.SGD, momentum=0.9), model=model, n_train=(4,) * N_TRAIN, n_valid=(4,))
+    t.fit(3, lr=slice(1e-3, 1e-2))
+    assert [g['name'] for g in t.opt.param_groups] == ['body', 'head']
+    assert all(body == pytest.approx(head / 10) for body, head in rec.lrs), rec.lrs
+    assert len({round(head, 12) for _, head in rec.lrs}) > 1

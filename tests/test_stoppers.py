@@ -130,3 +130,19 @@ def test_the_epoch_that_stops_the_fit_is_checkpointed_with_the_stoppers_state(tm
     assert [p.name for p in checkpoints(tmp_path)] == ['checkpoint_0001_000000.pt', 'checkpoint_0002_000000.pt']
     state = torch.load(checkpoints(tmp_path)[-1], weights_only=True)
     assert state['callbacks']['EarlyStoppingCB']['wait'] == 1  # the stopper's state when it decided
+
+def test_a_threshold_stopper_watching_an_evaluation_set_in_a_run_of_steps():
+    """ThresholdStopperCB on a set evaluated every 4 steps of a run validated every 2 (aisaac.evals): it reads the set's loss at the steps
+    the set was evaluated, and the fit stops after the first that reaches the threshold; at the other validations it reads nothing
+    (before the sets, such a metric was 'not recorded' at the first validation without it: an error)"""
+    from aisaac.evals import EvalSetsCB, Eval
+    from tiny import make_dls
+    def fit(*cbs):
+        t = make_trainer([MetricsCB(), EvalSetsCB(b=Eval(make_dls(n_valid=(4, 4), seed=1).valid, every='4 steps')), *cbs])
+        t.fit(steps=20, valid_every=2, lr=0.05)
+        return t
+    t = fit()
+    steps, values = t.history.get_metric_steps('b/valid_loss'), t.history.get_metric_values('b/valid_loss')
+    assert steps == [4, 8, 12, 16, 20] and values[2] < values[1] < values[0]
+    t = fit(stop := ThresholdStopperCB('b/valid_loss', values[1]))
+    assert t.history.get_metric_steps('b/valid_loss') == [4, 8] and t.clock.step == 8 and stop.reason.endswith('the fit stops after step 8')

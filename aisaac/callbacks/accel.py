@@ -23,6 +23,7 @@ def _accelerate():
 class AccelerateCB(BasicTrainCB):
     "Train with Hugging Face Accelerate (processes, GPUs, mixed precision); metrics count every process's samples once"
     order = DeviceCB.order + 1  # after DeviceCB has moved the model
+    gathers_predictions = True  # in validation every process has every process's predictions: `MetricsCB` does not combine them again
     def __init__(self, mixed_precision:str=None, # 'no', 'fp16', 'bf16' or 'fp8'; `None`: Accelerate's configuration, else 'no'
                  main_only=(), # names of callback classes (or their bases) that run on the main process only, besides those with `runs_on='main'`
                  **accelerator_kwargs): # for `accelerate.Accelerator`: `gradient_accumulation_steps`, `cpu`, `kwargs_handlers`...

@@ -11,6 +11,8 @@ __all__ = ['Logger', 'ConsoleLogger', 'CSVLogger', 'FileLogger', 'JSONLinesLogge
 import csv, importlib, json, math, os, sys, time, warnings
 from pathlib import Path
 from ..core.callback import Callback
+from ..utils import is_main_process
+from ..compat import runs_on
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #3f8e64d7
 class Logger(Callback):
@@ -57,9 +59,13 @@ class Logger(Callback):
         held, self._held = self._held, []
         for metrics, step in held: self.write(trainer, metrics, step, 'batch')
 
+    def runs_here(self):
+        "Whether this logger writes on this process: on every process with `runs_on='all'`; by default (`'main'`) on the main process only"
+        return runs_on(self) != 'main' or is_main_process()
+
     def shared_state(self):
         "What every logger's checkpoint state holds, once the values it holds are written out and flushed (a kill after the checkpoint would lose them, and the resumed run does not log them again): the last step of each name, and `optional` (a resumed trainer may lack the logger)"
-        self.write_held(None); self.flush()
+        if self.runs_here(): self.write_held(None); self.flush()  # (a sharded checkpoint asks every process for it: the others write nothing)
         return {'optional': True, 'last': [[per, name, step] for (per, name), step in self._last.items()]}
 
     def load_shared_state(self, state:dict): # from `shared_state`

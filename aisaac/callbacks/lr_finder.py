@@ -93,7 +93,7 @@ class LRFinderCB(Callback):
         "Record the batch's LR and loss (read on the host: one sync per batch; in a distributed fit the processes' mean); stop if the loss exploded, else grow the LR"
         loss = trainer.loss.detach().float().item()
         if (world := _world_size()) > 1: loss = _across('sum', loss)[0] / world  # every process the same curve: the same stop, the same suggestion
-        self.lrs.append(trainer.opt.param_groups[0]['lr']); self.losses.append(loss)
+        self.lrs.append(max(g['lr'] for g in trainer.opt.param_groups)); self.losses.append(loss)  # (with `lr=slice(...)`: the last group's)
         if not math.isfinite(loss) or loss > self.max_mult * self.min: raise CancelFitException()
         self.min = min(self.min, loss)
         trainer.step_scheduler(self.scheduler)

@@ -10,8 +10,11 @@ __all__ = ['MetricsCB']
 # %% ../../nbs/callbacks/41_metrics.ipynb #f153b716
 import copy, warnings
 import torch
-from ..utils import is_main_process, try_print
-from ..core.callback import Callback
+from torcheval.metrics import Metric
+from ..utils import is_main_process, to_cpu, try_print
+from ..core.callback import Callback, CancelEpochException
+from ..ranks import _fit_group, _gather, _rank, _world_size
+from ..evals import last_pass
 from .train import BasicTrainCB, count_items
 
 # %% ../../nbs/callbacks/41_metrics.ipynb #baa19a7d
@@ -22,12 +25,73 @@ def _check_metric(name, m):
     return m
 
 _loss_names = {'train': 'train_loss', 'valid': 'valid_loss'}
+def _history_name(k): return _loss_names.get(k, f'{k}_loss' if k.endswith('/valid') else k)  # an evaluation set's: 'code/valid_loss'
+
+def _prefix(trainer):
+    "The start of the names of this pass's loss and metrics: `'code/'` in the validation pass of the evaluation set 'code', else ''"
+    e = getattr(trainer, 'eval_set', None)
+    return '' if e is None or trainer.training else f'{e.name}/'
+
+def _set_metrics(trainer, metrics):
+    "Each evaluation set's metrics (`aisaac.evals`), by the set's name: its own, or copies of `metrics`"
+    return {n: {k: _check_metric(f'{n}/{k}', m) for k, m in (copy.deepcopy(metrics) if e.metrics is None else e.metrics).items()}
+            for n, e in getattr(trainer, 'eval_sets', {}).items()}
+
+def _with_sets(row, set_metrics):
+    "The epoch's row with a cell for each evaluation set's loss and metrics, after the others: `None` where the set was not evaluated this epoch"
+    if not set_metrics: return row
+    cells = [c for n, ms in set_metrics.items() for c in (f'{n}/valid', *(f'{n}/{k}' for k in ms))]
+    return {k: v for k, v in row.items() if k not in cells} | {c: row.get(c) for c in cells}
 
 def _weights(ns):
     "The batches' weights (numbers, or token counts on the device) as one float tensor on the CPU, read from the device at once"
     if not any(isinstance(n, torch.Tensor) for n in ns): return torch.tensor(ns, dtype=torch.float32)
     dev = next(n.device for n in reversed(ns) if isinstance(n, torch.Tensor))
     return torch.stack([n.to(dev) if isinstance(n, torch.Tensor) else torch.tensor(n, device=dev) for n in ns]).float().cpu()
+
+def _combined(m):
+    "How a metric's value covers every process's data: `'merged'` (torcheval's: its states merged), `'synced'` (torchmetrics' syncs in `compute`), else `None`"
+    return 'merged' if isinstance(m, Metric) else 'synced' if getattr(m, 'sync_on_compute', False) else None
+
+def _merged(m, states):
+    "A copy of the torcheval metric `m`, on the CPU, holding the merge of `states` (state dicts, in rank order: the same result on every process)"
+    copies = []
+    for s in states:
+        c = copy.deepcopy(m).to('cpu')
+        c.load_state_dict(s)
+        copies.append(c)
+    return copies[0].merge_state(copies[1:])
+
+def _warn_alone(ms):
+    "In a distributed fit, warn which metrics of `ms` cannot cover every process's data"
+    if (world := _world_size()) > 1 and (alone := {n: m for n, m in ms.items() if _combined(m) is None}):
+        warnings.warn(f"MetricsCB: metric {', '.join(f'{n!r} ({type(m).__name__})' for n, m in alone.items())} cannot be combined across the "
+                      f"{world} processes (no torcheval `merge_state`, no torchmetrics sync): each process records its value on its own part "
+                      f"of the data. Use a torcheval or torchmetrics metric to get the whole data's")
+
+def _whole(trainer, losses, sizes, ms):
+    "A pass's mean loss and metrics `ms` over every process's data: each process's sums and torcheval states gathered (in rank order, so every process gets the same numbers); a torchmetrics metric syncs itself"
+    own = {'sums': [(losses.double() * sizes.double()).sum().item(), sizes.double().sum().item()],
+           'states': {n: to_cpu(m.state_dict()) for n, m in ms.items() if _combined(m) == 'merged'}}
+    every = _gather(own, _fit_group(trainer))
+    total, n = (sum(e['sums'][i] for e in every) for i in (0, 1))
+    found = {name: float(_merged(m, [e['states'][name] for e in every]).compute() if name in own['states'] else m.compute()) for name, m in ms.items()}
+    return (total / n if n else float('nan')), found
+
+def _resumed_pass(state, train_metrics):
+    "The pass in progress that this process resumes from a `MetricsCB` state: its own among every process's; on another number of processes, all of them (merged) on the main process, none on the others"
+    p, passes = state['pass'], state.get('passes')
+    if passes is None:
+        if _world_size() > 1 and len(p['losses']) and _rank() == 0:
+            warnings.warn("MetricsCB: the checkpoint holds one process's part of the pass it was written in (saved by the main process alone, "
+                          "or on another number of processes), and each process resumes that part as its own: the resumed pass's loss and "
+                          "metrics count it once per process. Call `save_checkpoint` on every process, as `CheckpointCB` does")
+        return p
+    if len(passes) == _world_size(): return passes[_rank()]
+    if _rank() != 0: return {'losses': torch.zeros(0), 'sizes': [], 'row': dict(passes[0]['row']), 'train_metrics': {}}
+    merged = {n: _merged(train_metrics[n], [q['train_metrics'][n] for q in passes]).state_dict() if _combined(train_metrics[n]) == 'merged' else s
+              for n, s in passes[0]['train_metrics'].items()}
+    return {'losses': torch.cat([q['losses'] for q in passes]), 'sizes': [s for q in passes for s in q['sizes']], 'row': dict(passes[0]['row']), 'train_metrics': merged}
 
 class MetricsCB(Callback):
     "Track the train and valid loss (weighted by batch size, or by tokens) and `metrics` on the validation set, per epoch, into `trainer.history`"
@@ -42,23 +106,32 @@ class MetricsCB(Callback):
         self.show, self._reader, self._items = show, None, None
         self.metrics = {n: _check_metric(n, m) for n, m in ({type(m).__name__: m for m in metrics} | named_metrics).items()}
         self.train_metrics = {f'train_{n}': copy.deepcopy(m) for n, m in self.metrics.items()} if train_metrics else {}
+        for m in self.train_metrics.values():  # a checkpoint inside the training pass keeps their states: torchmetrics' leave them out unless asked
+            if _combined(m) == 'synced' and callable(getattr(m, 'persistent', None)): m.persistent(True)
         self.provides = (*type(self).provides, *self.metrics, *self.train_metrics)
         self.needs = ('loss', 'preds') if self.metrics or self.train_metrics else ('loss',)
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
-        self.row, self._mute = {}, False
+        self.row, self._mute, self._ended, self._passes, self._gathered, self._in_pass = {}, False, False, None, False, False
+        self.set_metrics, self._valid = {}, self.metrics  # each evaluation set's metrics, made when a fit starts; this validation pass's
         self._reset()
 
     def before_fit(self, trainer):
-        "Start the sums at zero; find the training callback that says where a batch's targets are"
-        self.device, self.row, self._mute = None, {}, False
+        "Start the sums at zero; find the training callback that says where a batch's targets are; in a distributed fit, name the metrics that cannot cover every process's data"
+        self.device, self.row, self._mute, self._ended = None, {}, False, False
         cb = next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
         self._reset()
+        self._gathered = any(getattr(cb, 'gathers_predictions', False) for cb in trainer.cbs)  # (`AccelerateCB`: the validation pass's are whole)
+        self.set_metrics, self._valid = _set_metrics(trainer, self.metrics), self.metrics  # (an evaluation set's pass: its own, `_valid`)
+        sets = {f'{n}/{k}': m for n, ms in self.set_metrics.items() for k, m in ms.items()}
+        _warn_alone(self.train_metrics | ({} if self._gathered else self.metrics | sets))
 
     def before_epoch(self, trainer):
         "Before a pass's first batch, move the metrics to the model's device: a copy inside a batch would wait for the GPU"
+        self._in_pass = True
+        if not trainer.training: self._valid = self.metrics if (e := getattr(trainer, 'eval_set', None)) is None else self.set_metrics[e.name]
         p = next(trainer.model.parameters(), None)
-        if self.device is None and p is not None and (self.train_metrics if trainer.training else self.metrics): self._to(p.device)
+        if self.device is None and p is not None and (self.train_metrics if trainer.training else self._valid): self._to(p.device)
 
     def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
 
@@ -73,7 +146,7 @@ class MetricsCB(Callback):
         self.batch_losses.append(trainer.loss.detach())
         # a batch counts by its samples; a batch of sequences by its tokens, -100 left out (n-1 a row for a model that shifts its labels; on the device)
         self.batch_sizes.append(count_items(targets) if self._items is None else self._items(trainer, targets))
-        if ms := (self.train_metrics if trainer.model.training else self.metrics):
+        if ms := (self.train_metrics if trainer.model.training else self._valid):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
             for m in ms.values(): m.update(preds, targets)
@@ -88,54 +161,87 @@ class MetricsCB(Callback):
 
     def _to(self, device):
         self.device = device
-        for m in (*self.metrics.values(), *self.train_metrics.values()):
+        for m in (*self.metrics.values(), *self.train_metrics.values(), *(m for ms in self.set_metrics.values() for m in ms.values())):
             if hasattr(m, 'to'): m.to(device)
 
+    def after_epoch(self, trainer):
+        "Read the pass's loss and metrics once (in a distributed fit, over every process's data), keep them, and log the epoch when it is complete: a callback after this one reads the epoch's row in `after_epoch`"
+        self._end_pass(trainer)
+
     def cleanup_epoch(self, trainer):
-        "Read the pass's loss and metrics once, keep them, and log the epoch when it is complete"
-        losses, training = self._pass_losses(), trainer.training
-        split, values = 'train' if training else 'valid', losses.tolist()
-        self.losses_batch += [{'training': training, 'loss': v} for v in values]
-        trainer.history.extend_metric(f'{split}_loss', values, per='batch')
+        "A pass that ended before `after_epoch` (cancelled, or on an error): what it did is read, kept and logged the same way, once"
+        ended, self._ended = self._ended, False
+        if ended: return
+        # the other processes ended the pass at the same point, unless it failed here (or they stop on their own: `ranks_agree` False)
+        # a validation pass that ends the fit (an error, a stop) logs the epoch now; one cancelled alone (`CancelEpochException`) leaves the sets after it theirs
+        self._end_pass(trainer, together=trainer.outcome not in ('error', 'interrupted') and getattr(trainer, 'ranks_agree', True),
+                       final=not trainer.training and not isinstance(trainer.exception, CancelEpochException))
+
+    def _end_pass(self, trainer, together:bool=True, final:bool=False):
+        "Read the pass's loss and metrics once (`together`: over every process's data), keep them, and log the epoch when it is complete (or `final`)"
+        self._ended, self._in_pass, losses, training = True, False, self._pass_losses(), trainer.training
+        prefix, values = _prefix(trainer), losses.tolist()
+        split = 'train' if training else prefix + 'valid'  # an evaluation set's pass: 'code/valid'
+        if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
+        trainer.history.extend_metric(f'{split}_loss', values, per='batch')  # (each process its own batches)
         sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
             self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
-        self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
-        ms = self.train_metrics if trainer.training else self.metrics
-        self.row |= {name: float(m.compute()) for name, m in ms.items()}
+        ms = self.train_metrics if trainer.training else self._valid
+        if together and _world_size() > 1 and (training or not self._gathered): self.row[split], found = _whole(trainer, losses, sizes, ms)
+        else:
+            self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
+            found = {name: float(m.compute()) for name, m in ms.items()}
+        self.row |= {prefix + k: v for k, v in found.items()}
         for m in ms.values(): m.reset()
-        if not trainer.training or not trainer.do_valid: self._log(trainer)
-        self._reset()
+        self._reset()  # (before the log: a `log_metrics` handler may raise a cancel)
+        self._valid = self.metrics
+        if final or last_pass(trainer): self._log(trainer)
 
     def _next_step(self, h):
         return max((h.get_metric_steps(n)[-1] + 1 for n in ('train_loss', 'valid_loss') if n in h.metric_names), default=0)
 
+    def _pass_state(self):
+        "The pass in progress: its losses, sizes and training metrics so far, and the epoch's row"
+        return {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
+                'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
+
+    def before_save_checkpoint(self, trainer):
+        "A checkpoint inside a pass of a distributed fit (every process saves it, as `CheckpointCB` does): gather every process's pass so far into it, so that each resumes its own"
+        if _world_size() > 1 and self._in_pass: self._passes = _gather(to_cpu(self._pass_state()), _fit_group(trainer))
+
+    def cleanup_save_checkpoint(self, trainer):
+        "Forget the gathered passes"
+        self._passes = None
+
     def state_dict(self):
-        "The per-epoch and per-batch records, and the pass in progress (for a checkpoint inside an epoch), for checkpoints"
-        current = {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
-                   'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
-        return {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch, 'pass': current}
+        "The per-epoch and per-batch records, and the pass in progress (for a checkpoint inside an epoch; every process's, for a sharded one), for checkpoints"
+        state = {'losses_epoch': self.losses_epoch, 'metrics_epoch': self.metrics_epoch, 'losses_batch': self.losses_batch, 'pass': self._pass_state()}
+        return state if self._passes is None else state | {'passes': self._passes}
 
     def load_state_dict(self, state:dict): # from `state_dict`
-        "Restore the records of `state_dict`, and the pass it was in"
+        "Restore the records of `state_dict`, and the pass it was in: with every process's pass (a sharded checkpoint), this process's own"
         self.losses_epoch, self.metrics_epoch, self.losses_batch = (list(state[k]) for k in ('losses_epoch', 'metrics_epoch', 'losses_batch'))
-        if (p := state.get('pass')) is None: return
+        if state.get('pass') is None: return
+        p = _resumed_pass(state, self.train_metrics)  # (this process's own, when every process's was saved)
         self._reset()
         self.resumed_losses, self.batch_sizes, self.row = p['losses'].float().cpu(), list(p['sizes']), dict(p['row'])
-        for n, s in p['train_metrics'].items(): self.train_metrics[n].load_state_dict(s)
+        for n, m in self.train_metrics.items():
+            if n in p['train_metrics']: m.load_state_dict(p['train_metrics'][n])
+            else: m.reset()
 
     def _log(self, trainer):
-        row, self.row = self.row, {}
+        row, self.row = _with_sets(self.row, self.set_metrics), {}
         self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
         names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
         if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
-        values = {_loss_names.get(k, k): v for k, v in row.items() if k not in ('epoch', 'step')}  # in the row's order: train, then valid
+        values = {_history_name(k): v for k, v in row.items() if k not in ('epoch', 'step') and v is not None}  # in the row's order: train, then valid
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
         trainer.log(values, step=self.step)
         trainer.run_callbacks('log_metrics', metrics=row)
         if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process() and not self._mute:  # one process prints
-            if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items()}): self._gone()
+            if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items() if v is not None}): self._gone()
 
     def _gone(self):
         "The output is closed: say so once, and print no more rows in this fit (the numbers are still recorded and logged)"

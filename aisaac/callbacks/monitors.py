@@ -41,10 +41,11 @@ def _batch_size(batch):
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #2e5ded36
 def _hyper_params(opt):
-    "The learning rate and momentum (or beta1) of each parameter group of `opt`, by name"
-    res, groups = {}, opt.param_groups
-    for i, g in enumerate(groups):
-        sfx = f'_{i}' if len(groups) > 1 else ''
+    "The learning rate and momentum (or beta1) of each parameter group of `opt`, by the group's name (`lr_body`) or number (`lr_0`); one group: `lr`"
+    res, groups = {}, {}
+    for i, g in enumerate(opt.param_groups): groups.setdefault(g.get('name', i), g)  # (a group's half without weight decay: its name, its rates)
+    for name, g in groups.items():
+        sfx = f'_{name}' if len(groups) > 1 else ''
         res[f'lr{sfx}'] = float(g['lr'])
         if 'betas' in g: res[f'beta1{sfx}'] = float(g['betas'][0])
         elif 'momentum' in g: res[f'momentum{sfx}'] = float(g['momentum'])
@@ -52,7 +53,7 @@ def _hyper_params(opt):
 
 class LRMonitorCB(Callback):
     "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step applied, per batch"
-    provides = ('lr*', 'beta1*', 'momentum*')  # one of each per parameter group: `lr`, or `lr_0`, `lr_1`...
+    provides = ('lr*', 'beta1*', 'momentum*')  # one of each per parameter group: `lr`, or `lr_0`, `lr_1`... (`lr_body`, `lr_head` where they are named)
     def __init__(self): self.recs = {}
 
     def before_fit(self, trainer):

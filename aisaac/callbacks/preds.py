@@ -27,7 +27,8 @@ class CapturePredsCB(Callback):
         self.preds, self.targs, self.xs = [], [], []
 
     def after_batch(self, trainer):
-        "Keep the batch's predictions, targets and inputs, on the device"
+        "Keep the batch's predictions, targets and inputs, on the device (not those of an evaluation set's pass: `dls.valid`'s, or the loader asked for)"
+        if getattr(trainer, 'eval_set', None) is not None: return
         self.preds.append(trainer.preds.detach()); self.targs.append(trainer.batch[-1])
         if self.inps: self.xs.append(trainer.batch[0])
 

@@ -13,9 +13,10 @@ import torch
 from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
 from ..utils import try_print
 from ..core.callback import Callback
+from ..evals import first_pass, last_pass
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
-def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else str(v)
+def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else '' if v is None else str(v)  # (`None`: a set not evaluated this epoch)
 
 def text_line(name:str, # what the text is, e.g. `'sample'`
               text:str, # the text
@@ -38,10 +39,11 @@ class ProgressCB(Callback):
         self.bars = (IN_NOTEBOOK or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
+        self.rows = 0  # the rows of this fit in the table
 
     def before_epoch(self, trainer):
         "Note when the epoch starts (for `times`); wrap the loader in a bar"
-        if trainer.training or not trainer.do_train: self.epoch_start = time.monotonic()
+        if first_pass(trainer): self.epoch_start = time.monotonic()
         if self.bars: trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
 
     def after_batch(self, trainer):
@@ -59,6 +61,7 @@ class ProgressCB(Callback):
             self.header = list(metrics)
             self._write(self.header)
         self._write([_fmt(metrics.get(k, '')) for k in self.header])
+        self.rows += 1
         if self.plot:
             self._read()
             if 'valid' in metrics: self.valid_losses.append((len(self.train_losses), metrics['valid']))
@@ -73,7 +76,8 @@ class ProgressCB(Callback):
         elif not try_print(line): raise OSError("the standard output is closed")
 
     def cleanup_fit(self, trainer):
-        "Close the bars of a fit that ended before its last epoch (a cancel, an error): the table stays; draw the last points"
+        "Draw the last points; a fit stopped early shows on its bar the epochs it completed (those whose rows are in the table), then its bars are closed: the table stays"
+        if self.bars and trainer.outcome != 'ok' and getattr(trainer, 'steps', None) is None and self.rows: self.mbar.update(self.rows)
         if getattr(self, 'bars', False) and self.mbar.main_bar.last_v is not None: self.mbar.on_iter_end()  # (else left on the page)
         if self.plot: self._redraw()
 
@@ -131,7 +135,7 @@ class PrintProgressCB(Callback):
 
     def before_epoch(self, trainer):
         "Note when the epoch started"
-        if trainer.training or not trainer.do_train: self.epoch_start, self.row = time.monotonic(), None
+        if first_pass(trainer): self.epoch_start, self.row = time.monotonic(), None
 
     def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Keep the epoch's row"
@@ -145,8 +149,8 @@ class PrintProgressCB(Callback):
 
     def cleanup_epoch(self, trainer):
         "Print the epoch's line once its last pass is over"
-        if trainer.training and trainer.do_valid: return
-        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k not in ('epoch', 'step'))
+        if not last_pass(trainer): return
+        row = ' '.join(f'{k} {_fmt(v)}' for k, v in (self.row or {}).items() if k not in ('epoch', 'step') and v is not None)
         at = (f"epoch {trainer.epoch + 1}/{trainer.n_epochs}" if trainer.steps is None else
               f"step {trainer.clock.step - trainer.clock.fit_start_step}/{trainer.steps}")
         self._print(f"{at} ({time.monotonic() - self.epoch_start:.1f} s) {row}".rstrip())

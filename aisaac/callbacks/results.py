@@ -10,6 +10,7 @@ __all__ = ['ResultsFileCB']
 # %% ../../nbs/callbacks/61_results.ipynb #dc33c56f
 import datetime, json, platform, time, uuid
 import torch
+from ..evals import last_pass
 from .loggers import FileLogger, run_config, _json_value, _per
 
 # %% ../../nbs/callbacks/61_results.ipynb #c79e0ea5
@@ -21,6 +22,7 @@ class ResultsFileCB(FileLogger):
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
         super().__init__(path, per='epoch')
         self.config, self._start_line = dict(config or {}), None
+        self.run, self.start, self.epochs, self.written, self.last = None, None, {}, set(), {}  # (a run starts in `before_fit`)
 
     def _write(self, event, **kw):
         if self._start_line is not None and event != 'run_start': self._write('run_start', **self._start_line)  # a resume without this one's state
@@ -38,7 +40,8 @@ class ResultsFileCB(FileLogger):
 
     def state_dict(self):
         "What a checkpoint keeps: where the file ends, the run's id, its time so far, and its epochs"
-        return super().state_dict() | {'run': self.run, 'elapsed': time.monotonic() - self.start, 'written': sorted(self.written),
+        elapsed = 0. if self.start is None else time.monotonic() - self.start  # (no run here: a process it does not run on, asked by a sharded checkpoint)
+        return super().state_dict() | {'run': self.run, 'elapsed': elapsed, 'written': sorted(self.written),
                                        'epochs': [[step, _clean(m)] for step, m in self.epochs.items()], 'result': _clean(self.last)}
 
     def load_state_dict(self, state:dict): # from `state_dict`
@@ -56,7 +59,7 @@ class ResultsFileCB(FileLogger):
 
     def cleanup_train(self, trainer):
         "After an epoch's last pass, write its line (after the pass's last values, a monitor's `after_train` ones too)"
-        if not trainer.training or not trainer.do_valid: self._write_epochs(trainer)
+        if last_pass(trainer): self._write_epochs(trainer)
         self.flush()
     cleanup_validate = cleanup_train
 

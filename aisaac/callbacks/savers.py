@@ -15,6 +15,7 @@ import fsspec
 import torch
 from ..clock import Every
 from ..history import MetricWatch
+from ..evals import metric_due
 from ..core.callback import Callback
 from ..ranks import PreemptedException, _across
 from ..persist import CheckpointError, CheckpointWriteError, atomic_save, is_main_process, unwrap_model, verify, wait_for_everyone, _alive, _torch_load, _writer
@@ -269,8 +270,8 @@ class SaveBestModelCB(Callback):
         self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "At the end of each epoch, read the watched metric from the history and save the weights if it improved"
-        if at == 'epoch' and self.active: self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch))
+        "At the end of each epoch, read the watched metric from the history and save the weights if it improved (an evaluation set's: at the epochs it was evaluated)"
+        if at == 'epoch' and self.active: self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch, required=metric_due(trainer, self.watch_metric)))
 
     def _consider(self, trainer, value):
         "Save the weights if `value` beats the best so far; a sharded model's whole, gathered by every process when the main process says it improved"

@@ -6,13 +6,17 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/schedule.html.md"""
 
 # %% auto #0
 __all__ = ['BaseSchedulerCB', 'BatchSchedulerCB', 'EpochSchedulerCB', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB',
-           'OneCycleSchedulerCB', 'warmup_cosine', 'WarmupCosineSchedulerCB', 'PlateauSchedulerCB']
+           'OneCycleSchedulerCB', 'warmup_cosine', 'WarmupCosineSchedulerCB', 'PlateauSchedulerCB', 'UnfreezeCB']
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #aa84d324
 import functools, inspect, math
 import torch
+from fastcore.basics import patch
 from ..history import MetricWatch
 from ..core.callback import Callback
+from ..core.dispatch import listify
+from ..clock import Every
+from ..trainer import Trainer
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #e7e2c82b
 class BaseSchedulerCB(Callback):
@@ -99,7 +103,7 @@ def _planned(trainer, who):
                         f"has no len(): fit with `steps=`, or pass the scheduler's length, e.g. `{who}(total_steps=n_epochs * batches_per_epoch)`") from None
 
 class OneCycleSchedulerCB(BatchSchedulerCB):
-    "The 1cycle policy, stepped each optimizer step: the LR rises to the fit's `lr` and falls again; momentum (or Adam's beta1) does the opposite"
+    "The 1cycle policy, stepped each optimizer step: the LR rises to the fit's `lr` (each parameter group's) and falls again; momentum (or Adam's beta1) does the opposite"
     def __init__(self, **kwargs): # keyword arguments of `torch.optim.lr_scheduler.OneCycleLR` (`pct_start`, `div_factor`...)
         scheduler_func = torch.optim.lr_scheduler.OneCycleLR
         try: inspect.signature(scheduler_func).bind_partial(None, **kwargs)
@@ -108,8 +112,8 @@ class OneCycleSchedulerCB(BatchSchedulerCB):
         self.kwargs = kwargs
 
     def make_scheduler(self, trainer):
-        "`OneCycleLR` with `max_lr` the fit's `lr` and `total_steps` the optimizer steps of the fit (`trainer.planned_steps()`)"
-        kwargs = {'max_lr': trainer.lr} | self.kwargs
+        "`OneCycleLR` with `max_lr` the fit's `lr` (each parameter group's, as `lr=slice(...)` set them) and `total_steps` the optimizer steps of the fit (`trainer.planned_steps()`)"
+        kwargs = {'max_lr': [g['lr'] for g in trainer.opt.param_groups]} | self.kwargs
         if not {'total_steps', 'epochs', 'steps_per_epoch'} & set(kwargs): kwargs['total_steps'] = _planned(trainer, type(self).__name__)
         try: return self.scheduler_func(trainer.opt, **kwargs)
         except ValueError as e:
@@ -162,3 +166,57 @@ class PlateauSchedulerCB(BaseSchedulerCB):
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
         "At the end of each epoch that trained, step the scheduler with the watched metric (an error if the epoch recorded none)"
         if at == 'epoch' and trainer.do_train: trainer.step_scheduler(self.scheduler, self.watch.latest(trainer.history, trainer.epoch))
+
+# %% ../../nbs/callbacks/50_schedule.ipynb #90526169
+class UnfreezeCB(Callback):
+    "Train the last layer group alone from the fit's start (`trainer.freeze()`) and unfreeze the model (`trainer.freeze_to(to)`) once `at` of the fit has passed"
+    def __init__(self, at='1 epoch', # how long after the fit's start: '1 epoch', '500 steps', '1M tokens', '10 min' (`aisaac.clock.Every`'s units)
+                 to:int=0, # then `trainer.freeze_to(to)`: 0 unfreezes every group; 2 leaves the first two frozen
+                 freeze:bool=True): # freeze all but the last group when the fit starts; False: leave the model as it is
+        self.at, self.to, self.freeze, self.start, self.done = Every(at), to, freeze, None, False
+
+    def before_fit(self, trainer):
+        "Freeze the model and note where the fit starts on the clock (a resumed fit takes both back from its checkpoint)"
+        self.start, self.done = trainer.clock[self.at.unit], False
+        if self.freeze: trainer.freeze()
+
+    def after_batch(self, trainer):
+        "After a training batch, unfreeze once `at` of the fit has passed"
+        if trainer.training and not self.done and trainer.clock[self.at.unit] - self.start >= self.at.n:
+            trainer.freeze_to(self.to)
+            self.done = True
+
+    def after_epoch(self, trainer):
+        "After a training pass, the same (`at` in epochs)"
+        self.after_batch(trainer)
+
+    def state_dict(self):
+        "Where the fit started on the clock, and whether it unfroze the model"
+        return {'start': self.start, 'done': self.done}
+
+    def load_state_dict(self, state:dict): # as made by `state_dict`
+        "Go on from `state`"
+        self.start, self.done = state['start'], state['done']
+
+# %% ../../nbs/callbacks/50_schedule.ipynb #22d11d91
+@patch
+def fine_tune(self:Trainer, epochs:int, # epochs of the second fit, the whole model training
+              base_lr:float=2e-3, # the last group's peak rate in the first fit; halved, its peak in the second
+              freeze_epochs:int=1, # epochs of the first fit, all but the last layer group frozen; 0: no first fit
+              lr_mult:float=100, # the second fit's rates go from `base_lr/2/lr_mult` (the first group's) to `base_lr/2` (the last's)
+              pct_start:float=0.3, # the share of the second fit whose rates rise (the first's: 0.99)
+              div:float=5.0, # the second fit starts at its peak rates over `div` (the first: over 25)
+              callbacks=None, # callbacks for each of the two fits
+              **kwargs): # more arguments of `OneCycleSchedulerCB` (`OneCycleLR`'s) for both fits, e.g. `cycle_momentum=False`
+    "fastai's `fine_tune`: a one-cycle fit of `freeze_epochs` with the model frozen but its last layer group, then one of `epochs` unfrozen, at rates spread over the groups"
+    if scheds := [type(cb).__name__ for cb in self.cbs if isinstance(cb, BaseSchedulerCB)]:
+        raise ValueError(f"fine_tune schedules its two fits with the one-cycle policy, and the trainer has {', '.join(scheds)}: remove it, or write "
+                         f"the fits out, `freeze()`, `fit(...)`, `unfreeze()`, `fit(..., lr=slice(lo, hi))`, with the schedules you want")
+    cbs = listify(callbacks)
+    if freeze_epochs:
+        self.freeze()
+        self.fit(freeze_epochs, lr=slice(base_lr), callbacks=[OneCycleSchedulerCB(pct_start=0.99, final_div_factor=1e5 / 25, **kwargs), *cbs])
+    base_lr /= 2
+    self.unfreeze()
+    self.fit(epochs, lr=slice(base_lr / lr_mult, base_lr),
+             callbacks=[OneCycleSchedulerCB(pct_start=pct_start, div_factor=div, final_div_factor=1e5 / div, **kwargs), *cbs])

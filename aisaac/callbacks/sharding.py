@@ -102,7 +102,7 @@ class FSDPCB(Callback):
         "Shard the model (once: a later fit finds it sharded), then make the fit's optimizer again, on the sharded parameters"
         _check_sharding(trainer)
         if not _sharded(trainer.model): self.shard(trainer.model)
-        trainer.opt = trainer.opt_func(trainer.model.parameters(), lr=trainer.lr)  # the optimizer of `start_fit` holds the unsharded ones
+        trainer.opt = trainer.make_optimizer()  # the optimizer of `start_fit` holds the unsharded ones (with the fit's parameter groups)
 
     def before_backward(self, trainer):
         "Reduce-scatter the gradients in this backward only when a step follows (`trainer.sync_gradients`, set by gradient accumulation)"

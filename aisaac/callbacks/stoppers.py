@@ -11,6 +11,7 @@ __all__ = ['TerminateOnNaNCB', 'EarlyStoppingCB', 'ThresholdStopperCB']
 import math, warnings
 from ..utils import try_print
 from ..history import MetricWatch
+from ..evals import metric_due, set_of
 from ..core.callback import Callback, CancelFitException
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #4aa701f9
@@ -54,9 +55,9 @@ class _MetricStopper(Callback):
         self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at):
-        "At the end of each epoch, read the metric (an error if the epoch recorded none); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
-        if at != 'epoch': return
-        if (reason := self._should_stop(self.watch.latest(trainer.history, trainer.epoch), trainer)) is not None:
+        "At the end of each epoch, read the metric (an error if the epoch recorded none; an evaluation set's, when the set was evaluated); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
+        if at != 'epoch' or (value := self.watch.latest(trainer.history, trainer.epoch, required=metric_due(trainer, self.watch_metric))) is None: return
+        if (reason := self._should_stop(value, trainer)) is not None:
             _stop(self, f"{reason}; the fit stops after {f'step {trainer.clock.step}' if _in_steps(trainer) else f'epoch {trainer.epoch}'}", trainer)
 
     def _better(self, a, b, by=0.):
@@ -66,7 +67,7 @@ class _MetricStopper(Callback):
 # %% ../../nbs/callbacks/54_stoppers.ipynb #1c24b125
 class EarlyStoppingCB(_MetricStopper):
     "Stop the fit when `watch_metric` has not improved by more than `threshold` for `patience` epochs (intervals of a run in steps) in a row"
-    def __init__(self, patience:int=1, # epochs in a row without improvement before the fit stops (intervals, in a run measured in steps)
+    def __init__(self, patience:int=1, # epochs in a row without improvement before the fit stops (intervals, in a run measured in steps; evaluations, for a set evaluated less often)
                  threshold:float=0.01, # the smallest change that counts as an improvement
                  watch_metric:str='valid_loss', # the name of a per-epoch metric in `trainer.history`
                  greater_is_better:bool=False): # whether a larger value is an improvement (accuracy) or a smaller one (loss)
@@ -91,6 +92,7 @@ class EarlyStoppingCB(_MetricStopper):
         self.wait += 1
         if self.wait >= self.patience:
             unit, at = ('epoch', f'epoch {self.best_epoch}') if not steps or self.best_step is None else ('interval', f'step {self.best_step}')
+            if (e := set_of(trainer, self.watch_metric)) is not None and e.period is not None: unit = 'evaluation'  # (of a set evaluated every so often)
             return (f"{self.watch_metric} has not improved by more than {self.threshold} for {self.wait} {unit}{'s' * (self.wait > 1)} "
                     f"(best {self.best:.6g} at {at}, now {value:.6g})")
 

@@ -67,8 +67,11 @@ class Trainer(CallbackMixin):
         self.n_epochs, self.lr = args['n_epochs'], args['lr']
         self.do_train, self.do_valid = args['train'], args['valid']
         self.epochs, self.stop_reason = range(self.n_epochs), None
-        self.opt = self.opt_func(self.model.parameters(), lr=self.lr)
+        self.opt = self.make_optimizer()
         self.model.zero_grad(set_to_none=True)  # no gradients left by a fit that stopped between backward and step
+    def make_optimizer(self):
+        "The fit's optimizer, made by `opt_func` (layers give it parameter groups)"
+        return self.opt_func(self.model.parameters(), lr=self.lr)
     def fit_error(self, e:BaseException): # what ended the fit
         "The error a failed fit raises for `e`: `e` (layers name a better one)"; return e
     def end_fit(self):
@@ -89,10 +92,11 @@ class Trainer(CallbackMixin):
     def one_pass(self, training:bool): # the training pass (`True`) or the validation pass
         "One pass over the training loader (the `train` phase) or the validation loader (`validate`)"
         self.model.train(training)
-        self.dl, self.first_batch = (self.train_loader() if training else self.dls.valid), 0
+        self.dl, self.first_batch = (self.train_loader() if training else self.valid_loader()), 0
         with torch.set_grad_enabled(training): (self._train if training else self._validate)()
 
     def train_loader(self): "The training pass's batches: `dls.train`"; return self.dls.train
+    def valid_loader(self): "The validation pass's batches: `dls.valid`"; return self.dls.valid
     @with_cbs('train', CancelEpochException)
     def _train(self): self._batches()
     @with_cbs('validate', CancelEpochException)

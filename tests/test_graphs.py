@@ -1,0 +1,286 @@
+"""`CUDAGraphCB` on the CPU: the fallback without a GPU, and, with `EagerGraphs` (whose replay runs the captured step again),
+everything it does around its graphs: the learning rate in tensors under every scheduler, per group; the callbacks that keep a
+fit eager, named when it starts; accumulation windows; the events of a replayed batch; shapes, unfreezing, checkpoints.
+The same on a GPU, with real graphs, is in tests/test_cuda.py (marked `cuda`)."""
+import functools, warnings
+import pytest
+import torch
+from torch import nn
+from aisaac.core.callback import Callback, CancelBatchException, CancelStepException
+from aisaac.data import DataLoaders
+from aisaac.callbacks.schedule import (OneCycleSchedulerCB, WarmupCosineSchedulerCB, BatchSchedulerCB, EpochSchedulerCB,
+                                       PlateauSchedulerCB)
+from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB
+from aisaac.callbacks.precision import MixedPrecisionCB
+from aisaac.callbacks.stoppers import TerminateOnNaNCB
+from aisaac.callbacks.hooks import ActivationStatsCB
+from aisaac.callbacks.graphplan import EagerGraphs
+from aisaac.callbacks.graphs import CUDAGraphCB, GraphWarning
+from graph_fits import fit, make_trainer, tensor_dls, weights, mlp, Losses, StopAt
+
+def graphed(**kwargs): return CUDAGraphCB(backend=EagerGraphs(), **kwargs)
+def all_eager(**kwargs): return CUDAGraphCB(backend=EagerGraphs(), warmup=10**6, **kwargs)  # the same steps, never a graph
+
+def two_groups(params, lr, opt=torch.optim.AdamW):
+    "Two parameter groups, the second at a tenth of the rate"
+    ps = list(params)
+    return opt([{'params': ps[:2]}, {'params': ps[2:], 'lr': lr / 10}], lr=lr)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# without a GPU
+
+def test_on_the_cpu_it_says_once_why_and_trains_as_without_it():
+    cb = CUDAGraphCB()
+    with pytest.warns(GraphWarning, match='the model is on cpu, and CUDA graphs need a CUDA GPU: this fit runs eagerly'):
+        t, w = fit(cb)
+    assert torch.equal(w, fit()[1]) and cb.counts == {}
+    assert t.opt.param_groups[0].get('capturable') is False  # the optimizer untouched
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        t.fit(1)  # said once: no warning the second time
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the learning rate in tensors, with every scheduler
+
+class SeenLR(Callback):
+    "After each step: each group's float and the tensor the step read it from"
+    cuda_graph = 'host'
+    def before_fit(self, t): self.seen = []
+    def after_step(self, t): self.seen.append([(g['lr'], t.CUDAGraphCB.lr_tensors[i].item()) for i, g in enumerate(t.opt.param_groups)])
+
+SCHEDULERS = {'one cycle': lambda opt: OneCycleSchedulerCB(cycle_momentum=False),  # (its momentum, or Adam's beta1, cannot be a tensor)
+              'warm-up and cosine': lambda opt: WarmupCosineSchedulerCB(warmup=5),
+              'torch, per batch': lambda opt: BatchSchedulerCB(functools.partial(torch.optim.lr_scheduler.ExponentialLR, gamma=0.97)),
+              'torch, per epoch': lambda opt: EpochSchedulerCB(functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)),
+              'plateau': lambda opt: PlateauSchedulerCB(greater_is_better=True, patience=0, factor=0.5)}  # halves the rate each epoch
+
+@pytest.mark.parametrize('opt', ['AdamW', 'SGD'])
+@pytest.mark.parametrize('sched', SCHEDULERS)
+def test_every_scheduler_moves_the_learning_rate_through_its_tensors_per_group(sched, opt):
+    "The tensors hold each group's rate as the scheduler sets it; the weights are those of the same fit never replayed"
+    kw = dict(opt_func=functools.partial(two_groups, opt=getattr(torch.optim, opt)), n_epochs=4)
+    t, w = fit(SCHEDULERS[sched](opt), SeenLR(), graphed(), **kw)
+    assert t.CUDAGraphCB.counts['replayed'] >= 20 and t.CUDAGraphCB.why_eager is None, (t.CUDAGraphCB.counts, t.CUDAGraphCB.why_eager)
+    seen = t.SeenLR.seen
+    assert len({round(f, 9) for s in seen for f, _ in s[:1]}) > 2  # the rate moved
+    for s in seen:
+        (f0, v0), (f1, v1) = s
+        assert v0 == torch.tensor(f0).item() and v1 == torch.tensor(f1).item(), s  # each group's float, in float32
+    _, w_eager = fit(SCHEDULERS[sched](opt), all_eager(), **kw)
+    assert torch.equal(w, w_eager)
+    _, w_plain = fit(SCHEDULERS[sched](opt), **kw)
+    torch.testing.assert_close(w, w_plain, rtol=1e-4, atol=1e-5)  # the float32 rate, and SGD's fused step
+
+@pytest.mark.parametrize('opt, what', [('SGD', '`momentum`'), ('AdamW', '`betas`')])
+def test_a_scheduler_that_moves_what_a_graph_holds_fixed_makes_the_fit_eager(opt, what):
+    "One cycle cycles SGD's momentum and Adam's beta1, which a graph cannot read from a tensor: said, with the fix, and the rest runs eagerly"
+    opt_func = getattr(torch.optim, opt)
+    with pytest.warns(GraphWarning, match=what + r" \(parameter group 0\) went from .*Pass `OneCycleSchedulerCB\(cycle_momentum=False\)`"):
+        t, w = fit(OneCycleSchedulerCB(), graphed(), opt_func=opt_func)
+    assert t.CUDAGraphCB.counts['captured'] == 0
+    torch.testing.assert_close(w, fit(OneCycleSchedulerCB(), opt_func=opt_func)[1], rtol=1e-5, atol=1e-7)
+    t, _ = fit(OneCycleSchedulerCB(cycle_momentum=False), graphed(), opt_func=opt_func)
+    assert t.CUDAGraphCB.counts['captured'] > 0
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the callbacks that keep a fit eager, named when it starts
+
+class ReadsLoss(Callback):
+    "Reads the loss's value after every batch: a host sync per batch on a GPU"
+    cuda_graph = ('sync', "reads the loss's value every batch")
+    def after_batch(self, t): self.last = t.loss.item()
+
+class Undeclared(Callback):
+    "Handles a step's event and says nothing of how"
+    def after_loss(self, t): self.n = getattr(self, 'n', 0) + 1
+
+class Batches(Callback):
+    cuda_graph = 'host'
+    def before_fit(self, t): self.n = 0
+    def before_batch(self, t): self.n += 1
+
+@pytest.mark.parametrize('cbs, named', [
+    (lambda: [ReadsLoss()], "ReadsLoss reads the loss's value every batch"),
+    (lambda: [TerminateOnNaNCB()], 'TerminateOnNaNCB reads the loss on the host after every batch'),
+    (lambda: [Undeclared()], "Undeclared handles `after_loss`, and says nothing of how: declare `cuda_graph = 'capture'`"),
+    (lambda: [MicroBatchCB(2)], 'MicroBatchCB runs the steps of each microbatch from its own handler'),
+    (lambda: [MixedPrecisionCB(torch.float16)], 'MixedPrecisionCB uses float16, whose gradient scaler reads on the host'),
+    (lambda: [ActivationStatsCB()], 'the model has hooks on Sequential, 0, 1 and more'),
+])
+def test_a_callback_that_keeps_the_fit_eager_is_named_at_its_start(cbs, named):
+    "Named with the reason and what eager costs; the fit trains as without CUDAGraphCB. `strict=True` refuses it before any batch"
+    with pytest.warns(GraphWarning, match='this fit runs eagerly, because') as rec:
+        t, w = fit(*cbs(), graphed())
+    msg = str(rec[0].message)
+    assert named in msg and 'several times a replay' in msg, msg
+    assert t.CUDAGraphCB.counts == {}
+    assert torch.equal(w, fit(*cbs())[1])
+    batches = Batches()
+    with pytest.raises(ValueError, match=r'CUDAGraphCB\(strict=True\) refuses this fit, which cannot be graphed: ' + named[:20]):
+        fit(*cbs(), batches, graphed(strict=True))
+    assert batches.n == 0
+
+def test_an_undeclared_callback_outside_the_step_is_named_and_runs():
+    class Watch(Callback):
+        def before_fit(self, t): self.n = 0
+        def after_batch(self, t): self.n += 1
+    watch = Watch()
+    cb = graphed()
+    t, _ = fit(watch, cb)
+    assert watch.n == 4 * (8 + 2) and cb.counts['replayed'] > 0
+    assert any('Watch run in Python around each replay' in m for m in cb._said)
+
+def test_a_callback_after_cuda_graph_cb_in_before_batch_keeps_it_eager():
+    class Late(Callback):
+        order = 20_000
+        def before_batch(self, t): pass
+    with pytest.warns(GraphWarning, match=r"Late changes the batch in `before_batch` after CUDAGraphCB has replayed it"):
+        fit(Late(), graphed())
+
+# ---------------------------------------------------------------------------------------------------------------------
+# what a replayed batch computes, and its events
+
+@pytest.mark.parametrize('extra', [
+    lambda: [],
+    lambda: [GradClipCB(0.5)],
+    lambda: [GradAccumCB(3)],
+    lambda: [MixedPrecisionCB(torch.bfloat16)],
+    lambda: [WarmupCosineSchedulerCB(), GradAccumCB(2), GradClipCB(1.)],
+])
+def test_replayed_batches_compute_what_eager_batches_do(extra):
+    "Weights, the losses MetricsCB keeps per batch, both passes' losses, the clock and the steps skipped by accumulation"
+    losses, ref = Losses(), Losses()
+    t, w = fit(*extra(), losses, graphed())
+    t0, w0 = fit(*extra(), ref, all_eager())
+    cb = t.CUDAGraphCB
+    assert cb.counts['replayed'] > cb.counts['eager'] and cb.why_eager is None, cb.counts
+    assert torch.equal(w, w0) and torch.equal(losses.values(), ref.values())
+    assert t.history.get_metric_values('valid_loss') == t0.history.get_metric_values('valid_loss')
+    assert t.history.get_metric_values('train_loss', per='batch') == t0.history.get_metric_values('train_loss', per='batch')
+    assert (t.clock.step, t.clock.micro_step, t.clock.samples) == (t0.clock.step, t0.clock.micro_step, t0.clock.samples)
+
+def test_accumulation_windows_skip_the_steps_they_always_skip():
+    "GradAccumCB's windows: the batches of a window get a graph without a step, the last one a graph with it; `step_skipped` as eagerly"
+    class Skips(Callback):
+        cuda_graph = 'host'
+        def before_fit(self, t): self.reasons = []
+        def step_skipped(self, t, reason): self.reasons.append(reason)
+    s, s0 = Skips(), Skips()
+    t, _ = fit(GradAccumCB(4), s, graphed())
+    fit(GradAccumCB(4), s0)
+    assert s.reasons == s0.reasons and len(s.reasons) == 24 and t.CUDAGraphCB.counts['captured'] == 3  # no step, a step, validation
+
+def test_a_step_skipped_in_a_batch_whose_graph_stepped_is_an_error():
+    class Skip(Callback):
+        cuda_graph = 'host'
+        def before_step(self, t):
+            if t.clock.micro_step == 6: raise CancelStepException('mine')
+    with pytest.raises(RuntimeError, match=r"A callback skipped the optimizer step of a batch \(mine\) whose CUDA graph had already applied it"):
+        fit(Skip(), graphed())
+
+def test_a_batch_cancelled_after_its_replay_is_an_error_and_before_it_a_skip():
+    def cancel(self, t):
+        if t.training and t.clock.micro_step == 6: raise CancelBatchException()
+    late = type('CancelsAfterLoss', (Callback,), {'cuda_graph': 'host', 'after_loss': cancel})()
+    with pytest.raises(RuntimeError, match=r'CancelBatchException, raised in .* cancelled a batch whose CUDA graph had already run'):
+        fit(late, graphed())
+
+    class Early(Callback):  # cancels in `before_batch`, before CUDAGraphCB (the last there) replays: the batch is skipped, as eagerly
+        cuda_graph = 'host'
+        def before_batch(self, t):
+            if t.training and t.epoch == 2 and t.batch_num == 3: raise CancelBatchException()
+    _, w = fit(Early(), graphed())
+    assert torch.equal(w, fit(Early(), all_eager())[1])
+
+def test_a_last_smaller_batch_gets_its_own_graph_after_its_warm_up(capsys):
+    "250 rows in batches of 32: a last batch of 26, eager in the first 3 epochs, replayed from the 5th (captured in the 4th); said once"
+    dls = lambda: tensor_dls(n=250)
+    t, w = fit(graphed(), dls=dls(), n_epochs=5)
+    out = capsys.readouterr().out
+    assert out.count('the training batches come in 2 shapes') == 1 and 'drop_last=True' in out, out
+    assert t.CUDAGraphCB.counts['captured'] == 3 and torch.equal(w, fit(all_eager(), dls=dls(), n_epochs=5)[1])
+
+def test_batches_whose_shape_changes_every_batch_are_said_to_keep_the_fit_eager():
+    "Rows of 20 to 59 samples, never twice the same size in a row: after 16 shapes (twice `max_graphs`), a GraphWarning and the rest eager"
+    x, y = torch.randn(1000, 8), torch.randint(0, 3, (1000,))
+    sizes = [20 + (7 * i) % 40 for i in range(20)]  # 20 sizes, 790 rows
+    batches = [(x[sum(sizes[:i]):sum(sizes[:i + 1])], y[sum(sizes[:i]):sum(sizes[:i + 1])]) for i in range(len(sizes))]
+    dls = DataLoaders(batches, batches[:4])
+    with pytest.warns(GraphWarning, match=r'the batches came in 17 shapes \(their sizes change from batch to batch\?\).*pad or bucket'):
+        t, w = fit(graphed(), dls=dls, n_epochs=2)
+    assert t.CUDAGraphCB.counts == {'eager': 16}
+    torch.testing.assert_close(w, fit(dls=dls, n_epochs=2)[1], rtol=1e-4, atol=1e-5)  # (its first 16 steps read the rate from a float32 tensor)
+
+def test_a_parameter_the_forward_does_not_use_is_left_alone_as_eagerly():
+    "A trainable parameter that gets no gradient: eagerly AdamW skips it (no gradient, no step); a graph must not give it a zero one and decay it"
+    class Spare(nn.Module):
+        def __init__(self): super().__init__(); self.net, self.spare = mlp(), nn.Parameter(torch.ones(5))
+        def forward(self, x): return self.net(x)
+    t, w = fit(graphed(), model=Spare, opt_func=torch.optim.AdamW)
+    assert t.CUDAGraphCB.counts['replayed'] > 0 and torch.equal(t.model.spare.detach(), torch.ones(5))
+    assert torch.equal(w, fit(all_eager(), model=Spare, opt_func=torch.optim.AdamW)[1])
+
+def test_unfreezing_makes_new_graphs():
+    "A frozen first layer, unfrozen after 2 epochs: the graphs of the frozen model are left, new ones captured, the same weights as eagerly"
+    class Unfreeze(Callback):
+        cuda_graph = 'host'
+        def before_fit(self, t): t.model[0].requires_grad_(False)
+        def after_epoch(self, t):
+            if t.training and t.epoch == 1: t.model[0].requires_grad_(True)
+    t, w = fit(Unfreeze(), graphed())
+    assert t.CUDAGraphCB.counts['captured'] == 3  # training frozen, validation, training unfrozen
+    assert torch.equal(w, fit(Unfreeze(), all_eager())[1])
+
+def test_a_pass_longer_than_the_ring_of_losses_keeps_every_loss():
+    "A loader that says it has 2 batches and gives 8: the ring has 4 slots; the losses past it are copies, all kept right"
+    class Liar(torch.utils.data.IterableDataset):
+        def __init__(self, dl): self.dl = dl
+        def __iter__(self): return iter(self.dl)
+        def __len__(self): return 2
+    dls = lambda: (d := tensor_dls(), setattr(d, 'train', Liar(d.train)), setattr(d, 'valid', Liar(d.valid)))[0]
+    losses, ref = Losses(), Losses()
+    t, w = fit(losses, graphed(), dls=dls())
+    fit(ref, all_eager(), dls=dls())
+    assert torch.equal(losses.values(), ref.values()) and len(losses.losses) == 32
+
+def test_a_capture_that_fails_says_why_and_the_fit_goes_on_eagerly():
+    "A forward that fails at the capture (as one reading a value would on a GPU): the rest of the fit is eager; `strict` stops it"
+    class Fussy(nn.Module):
+        def __init__(self): super().__init__(); self.net, self.calls = mlp(), 0
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 4: raise RuntimeError('operation not permitted when stream is capturing')
+            return self.net(x)
+    with pytest.warns(GraphWarning, match=r'the training step could not be captured \(RuntimeError: operation not permitted.*The rest of this fit runs eagerly'):
+        t, w = fit(graphed(), model=Fussy())
+    assert t.CUDAGraphCB.counts == {'eager': 3} and len(t.history.get_metric_values('valid_loss')) == 4
+    with pytest.raises(RuntimeError, match=r'CUDAGraphCB\(strict=True\) cannot graph this fit: the training step could not be captured'):
+        fit(graphed(strict=True), model=Fussy())
+
+# ---------------------------------------------------------------------------------------------------------------------
+# checkpoints
+
+def test_a_graphed_fit_resumes_exactly_from_inside_an_epoch(tmp_path):
+    "Stopped after training batch 3 of epoch 2 and resumed (warm-up and capture again): the uninterrupted graphed run's weights and losses"
+    def run(*cbs, resume=None):
+        losses = Losses()
+        t = make_trainer(OneCycleSchedulerCB(cycle_momentum=False), GradAccumCB(2), losses, graphed(), *cbs)
+        t.fit(4, lr=1e-2, resume_from=resume)
+        return t, losses
+    t, losses = run()
+    run(StopAt(tmp_path/'c.pt', 2, 3))
+    t2, losses2 = run(resume=tmp_path/'c.pt')
+    assert t2.CUDAGraphCB.counts['eager'] >= 3
+    assert torch.equal(weights(t.model), weights(t2.model))
+    assert torch.equal(losses.values()[-len(losses2.losses):], losses2.values())
+    assert t.history.get_metric_values('valid_loss') == t2.history.get_metric_values('valid_loss')
+
+def test_a_checkpoint_of_a_graphed_fit_holds_plain_floats_and_resumes_eagerly(tmp_path):
+    "The groups' rates are floats in the checkpoint (the tensors are only in `opt.step`); an eager fit resumes it, near the graphed run"
+    sched = lambda: OneCycleSchedulerCB(cycle_momentum=False)
+    make_trainer(sched(), graphed(), StopAt(tmp_path/'g.pt', 1, 5)).fit(3, lr=1e-2)
+    state = torch.load(tmp_path/'g.pt', weights_only=True)
+    assert all(isinstance(g['lr'], float) for g in state['opt']['param_groups'])
+    t = make_trainer(sched())
+    t.fit(3, lr=1e-2, resume_from=tmp_path/'g.pt')
+    torch.testing.assert_close(weights(t.model), fit(sched(), graphed(), n_epochs=3)[1], rtol=1e-4, atol=1e-5)
