@@ -17,12 +17,12 @@ from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import CheckpointCB, PreemptionCB, checkpoints, last_checkpoint
 
-def trainer(*cbs):
-    "A seeded MLP on 640 rows, 20 batches an epoch, Adam: the same run every time"
+def trainer(*cbs, rows=640):
+    "A seeded MLP on `rows` rows (640: 20 batches an epoch), Adam: the same run every time"
     set_seed(0)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(640, 8, generator=g); y = (x[:, 0] > 0).long()
-    dls = DataLoaders(TensorLoader(x, y, bs=32, shuffle=True, seed=1), TensorLoader(x[:128], y[:128], bs=64))
+    x = torch.randn(rows, 8, generator=g); y = (x[:, 0] > 0).long()
+    dls = DataLoaders(TensorLoader(x, y, bs=32, shuffle=True, seed=1), TensorLoader(x[:rows//5], y[:rows//5], bs=64))
     return Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)),
                    callbacks=[BasicTrainCB(), MetricsCB(show=False), *cbs])
 

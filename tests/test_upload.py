@@ -8,26 +8,13 @@ from pathlib import Path
 import fsspec
 import pytest
 import torch
-from torch import nn
-from aisaac.trainer import Trainer
-from aisaac.data import DataLoaders, TensorLoader
-from aisaac.utils import set_seed
 from aisaac.persist import CheckpointError, CheckpointWriteError
 from aisaac.dcp import ShardedCheckpointEngine, folder_problem
-from aisaac.callbacks.train import BasicTrainCB
-from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import CheckpointCB, checkpoints, last_checkpoint, remote_checkpoints, upload_checkpoint
+from test_async_save import trainer as async_trainer, weights
 
-def trainer(*cbs):
-    set_seed(0)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(320, 8, generator=g); y = (x[:, 0] > 0).long()
-    dls = DataLoaders(TensorLoader(x, y, bs=32, shuffle=True, seed=1), TensorLoader(x[:64], y[:64], bs=64))
-    return Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)),
-                   callbacks=[BasicTrainCB(), MetricsCB(show=False), *cbs])
-
+def trainer(*cbs): return async_trainer(*cbs, rows=320)  # (10 batches an epoch)
 def fit(t, **kw): t.fit(steps=20, valid_every=10, lr=1e-2, **kw)
-def weights(t): return [p.detach().clone() for p in t.model.parameters()]
 def names(urls): return [u.rsplit('/', 1)[-1] for u in urls]
 
 @pytest.fixture(params=['file', 'memory'])
