@@ -178,12 +178,16 @@ class Checkpoints:
                 'history': None if h is None else _loads_back('the history', h.state_dict())}
 
     @with_cbs('save_checkpoint')
-    def save_checkpoint(self, path): # the file to write; its folder is made if needed
+    def save_checkpoint(self, path, # the file to write; its folder is made if needed
+                        background:bool=False): # copy the state now and write it in the engine's background thread (`CheckpointEngine.submit`): the file appears once whole
         "Write the whole training state to `path`, atomically: a file, on the main process only; a sharded model's, a folder, by every process; returns the path"
-        if not (getattr(self.checkpoint_engine, 'sharded', False) or is_main_process()):
+        engine = self.checkpoint_engine
+        if not (getattr(engine, 'sharded', False) or is_main_process()):
             _loader(self, main=False)  # its training loader's state, for the main process to write
             return Path(path)
-        return self.checkpoint_engine.save(self.checkpoint_state(), path)
+        if background: return engine.submit(self.checkpoint_state(), path)
+        if callable(wait := getattr(engine, 'wait', None)): wait()  # after the writes under way in the background: in order
+        return engine.save(self.checkpoint_state(), path)
 
     def read_checkpoint(self, path): # a file (or a sharded checkpoint's folder) written by `save_checkpoint`
         "Read the checkpoint at `path` with the checkpoint engine (a folder: a `ShardedCheckpointEngine`) and check that it is a complete one; changes nothing"
@@ -306,6 +310,10 @@ class _FitTracker(Callback):
     def after_fit(self, trainer):
         "A fit with no epoch left restores the checkpoint here, after every `before_fit` (which may have reset the optimizer)"
         if self.state is not None: self._resume(trainer)
+
+    def cleanup_fit(self, trainer):
+        "However the fit ended, the checkpoints written in the background are whole when it returns (one that failed raises its `CheckpointWriteError`)"
+        if callable(wait := getattr(trainer.__dict__.get('_checkpoint_engine'), 'wait', None)): wait()
 
     def before_train(self, trainer):
         "Load the checkpoint at the first pass; keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"

@@ -10,6 +10,7 @@ __all__ = ['is_sharded', 'state_dicts', 'load_state_dicts', 'folder_problem', 'S
 
 # %% ../nbs/29_dcp.ipynb #7980e331
 import contextlib, os, shutil, warnings
+from concurrent import futures
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -17,10 +18,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict, set_state_dict)
 from torch.distributed.tensor import DTensor
+from fastcore.basics import patch
 from .core.dispatch import with_cbs
 from .ranks import _all_ok, _rank, _world_size
 from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, atomic_save, fsync_dir, is_main_process,
-                      unwrap_model, verify, _torch_load)
+                      snapshot, unwrap_model, verify, _torch_load)
 
 # %% ../nbs/29_dcp.ipynb #c7977a8e
 def is_sharded(model:torch.nn.Module): # a model, maybe wrapped
@@ -34,13 +36,27 @@ def _quiet():
         warnings.filterwarnings('ignore', message='torch.distributed is disabled')
         yield
 
-def _on_main(f, what):
+def _tensors(state): return {'model': state['model'], **({} if state['opt'] is None else {'optim': state['opt']['state']})}  # what DCP writes
+
+def _fresh(tmp):
+    "Make the empty folder `tmp` (what a run killed while writing it left is removed)"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+
+def _agree(ok:bool, group=None):
+    "Whether `ok` holds on every process: `aisaac.ranks`'s all-reduce, or (in the background) one in `group`"
+    if group is None: return _all_ok(ok)
+    t = torch.tensor([float(ok)])
+    dist.all_reduce(t, dist.ReduceOp.MIN, group=group)
+    return bool(t.item())
+
+def _on_main(f, what, group=None):
     "Run `f` on the main process; if it fails, raise `CheckpointWriteError` starting with `what` on every process (none is left waiting)"
     error = None
     if _rank() == 0:
         try: f()
         except OSError as e: error = e
-    if not _all_ok(error is None): raise CheckpointWriteError(f"{what}: {error or 'it failed on the main process'}") from error
+    if not _agree(error is None, group): raise CheckpointWriteError(f"{what}: {error or 'it failed on the main process'}") from error
 
 # %% ../nbs/29_dcp.ipynb #34c53c5f
 def state_dicts(model:torch.nn.Module, # the trainer's model
@@ -97,32 +113,35 @@ class ShardedCheckpointEngine(CheckpointEngine):
     "Writes a checkpoint as a folder: each process its shards of the weights and optimizer (`torch.distributed.checkpoint`) and its random state, the main process the rest; atomically"
     sharded, suffix = True, ''  # (a checkpoint is a folder: its name has no suffix)
     def __init__(self, callbacks=None, # callbacks with `before_save`, `after_save`, `before_load` or `after_load` hooks
-                 sealed:bool=True): # seal the folder's small files (the state, the random states) with their SHA-256
-        super().__init__(callbacks, sealed)
+                 sealed:bool=True, # seal the folder's small files (the state, the random states) with their SHA-256
+                 in_flight:int=1): # how many checkpoints `submit` lets be written in the background at once
+        super().__init__(callbacks, sealed, in_flight)
         self._files = CheckpointEngine(sealed=sealed)  # writes and reads the folder's `.pt` files
+        self._shards, self._last = {}, None  # the shards `submit` started, by path: (DCP's future, the group to agree in); the last
 
     @with_cbs('save')
     def save(self, state:dict, # from `trainer.checkpoint_state()`: the weights and optimizer as `state_dicts(..., by_name=True)` gives them
              path): # the folder to make
-        "Write `state` to the folder `path`, on every process at once (a collective): it appears only once every process has written its part"
+        "Write `state` to the folder `path`, on every process at once (a collective): it appears only once every process has written its part (after `submit`, in the background, its shards already on their way)"
         path, rank = Path(path), _rank()
         tmp, old = path.with_name(f'.{path.name}.tmp'), path.with_name(f'.{path.name}.old')
-        def start():
-            shutil.rmtree(tmp, ignore_errors=True)  # left by a run that was killed while writing this checkpoint
-            tmp.mkdir(parents=True)
-        _on_main(start, f"Could not start the sharded checkpoint {tmp}")  # (a barrier: the folder is there)
-        tensors = {'model': state['model'], **({} if state['opt'] is None else {'optim': state['opt']['state']})}
-        with _quiet(): dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world_size() == 1)  # (raises on every process if one fails)
+        shards, group = self._shards.pop(path, (None, None))  # (`submit` started them; the background thread agrees in a group of its own)
         error = None
+        if shards is None:
+            _on_main(lambda: _fresh(tmp), f"Could not start the sharded checkpoint {tmp}")  # (a barrier: the folder is there)
+            with _quiet(): dcp.save(_tensors(state), storage_writer=dcp.FileSystemWriter(tmp), no_dist=_world_size() == 1)  # (raises on every process if one fails)
+        else:
+            try: shards.result()
+            except Exception as e: error = e  # (on every process, if one failed)
         try:
-            self._files.save(state['rng'], tmp/f'rng_{rank}.pt')
-            if rank == 0:
+            if error is None: self._files.save(state['rng'], tmp/f'rng_{rank}.pt')
+            if error is None and rank == 0:
                 rest = {k: v for k, v in state.items() if k not in ('model', 'opt', 'rng')}
                 opt = None if state['opt'] is None else {'param_groups': state['opt']['param_groups']}
                 self._files.save({**rest, 'model': None, 'opt': opt, 'rng': None, 'world_size': _world_size()}, tmp/'state.pt')
         except OSError as e: error = e
         self._written(tmp, rank)
-        if not _all_ok(error is None):  # every process has written its part, or they all raise
+        if not _agree(error is None, group):  # every process has written its part, or they all raise
             raise CheckpointWriteError(f"Could not write the sharded checkpoint {path}: {error or 'another process failed to write its part'}. "
                                        f"It is left unfinished in {tmp}, and the previous checkpoints are untouched") from error
         def finish():  # the folder appears whole, or not at all
@@ -133,7 +152,7 @@ class ShardedCheckpointEngine(CheckpointEngine):
                 raise
             fsync_dir(path.parent)
             shutil.rmtree(old, ignore_errors=True)
-        _on_main(finish, f"Could not complete the sharded checkpoint {path}")  # (no process goes on before it is complete)
+        _on_main(finish, f"Could not complete the sharded checkpoint {path}", group)  # (no process goes on before it is complete)
         return path
 
     def _written(self, tmp, rank):
@@ -155,6 +174,29 @@ class ShardedCheckpointEngine(CheckpointEngine):
         state['rng'] = self._files.load(path/f'rng_{rank if n == _world_size() else 0}.pt')
         state['shards'] = str(path)
         return state
+
+# %% ../nbs/29_dcp.ipynb #084e1a91
+def _group(desc):
+    "aisaac's gloo group `desc` of every process, for the collectives of checkpoints written in the background (made at the first call, a collective, in the training thread); `None` on one process"
+    if _world_size() < 2: return None
+    made = (g for g in dist.distributed_c10d._world.pg_map if g.group_desc == desc)
+    return next(made, None) or dist.new_group(backend='gloo', group_desc=desc)
+
+@patch
+def submit(self:ShardedCheckpointEngine, state:dict, # from `trainer.checkpoint_state()`, as `save` takes it
+           path): # the folder to make
+    "Save `state` in the background, on every process at once (a collective): the shards copied into CPU memory now and written by DCP's `async_save` in its thread; the rest copied (`snapshot`), then written, agreed on and renamed into place by the engine's `queue`; returns `path`"
+    path, world = Path(path), _world_size()
+    self.queue.room()  # (the oldest ends first when `in_flight` are under way)
+    if self._last is not None: futures.wait([self._last])  # DCP's writes one at a time: they share a group
+    shards, done = _group('aisaac_checkpoint_shards'), _group('aisaac_checkpoint_done')  # never the training's collectives
+    tmp = path.with_name(f'.{path.name}.tmp')
+    _on_main(lambda: _fresh(tmp), f"Could not start the sharded checkpoint {tmp}")  # (a barrier: the folder is there)
+    with _quiet(): self._last = dcp.async_save(_tensors(state), storage_writer=dcp.FileSystemWriter(tmp), process_group=shards, no_dist=world == 1)
+    self._shards[path] = (self._last, done)
+    rest = snapshot({**state, 'model': None, 'opt': None if state['opt'] is None else {'param_groups': state['opt']['param_groups']}})
+    self.queue.submit(lambda: self.save(rest, path), f'the sharded checkpoint {path}')
+    return path
 
 # %% ../nbs/29_dcp.ipynb #a005c462
 def consolidate_checkpoint(src, # a folder `ShardedCheckpointEngine` wrote

@@ -6,11 +6,12 @@ Docs: https://aisaac-dev.github.io/aisaac/persist.html.md"""
 
 # %% auto #0
 __all__ = ['fsync_dir', 'atomic_write', 'atomic_save', 'rng_state', 'set_rng_state', 'CheckpointError', 'CheckpointWriteError',
-           'seal', 'verify', 'CheckpointEngine', 'unwrap_model']
+           'seal', 'verify', 'snapshot', 'CheckpointQueue', 'CheckpointEngine', 'unwrap_model']
 
 # %% ../nbs/25_persist.ipynb #2c4c567c
-import copy, errno, glob, hashlib, io, os, pickle, random, re, resource, secrets, shutil, zipfile
+import collections, copy, errno, glob, hashlib, io, os, pickle, random, re, resource, secrets, shutil, zipfile
 from pathlib import Path
+from concurrent import futures
 import numpy as np
 import torch
 from .utils import is_main_process, wait_for_everyone
@@ -193,13 +194,93 @@ def verify(path): # a file `torch.save` wrote
     raise CheckpointError(f"{path} is corrupt: {why}. Some of its bytes changed after it was written (a disk or copy error): "
                           f"resume from an earlier checkpoint (`last_checkpoint` skips a damaged one)")
 
+# %% ../nbs/25_persist.ipynb #7da6eae7
+def snapshot(state): # nested dicts, lists and tuples of tensors and plain Python values
+    "A copy of `state` on the CPU that later steps cannot change: its tensors copied (from a GPU into pinned memory, then one wait for all the copies), the rest deep-copied"
+    storages, gpus = {}, set()
+    def copy_(o):
+        if isinstance(o, torch.Tensor):
+            if type(o) not in (torch.Tensor, torch.nn.Parameter) or o.layout != torch.strided or o.device.type not in ('cpu', 'cuda'):
+                return o.detach().to('cpu', copy=True)  # (a tensor subclass, a sparse tensor, another device)
+            s = o.untyped_storage()  # tensors that share memory (tied weights, views) share it in the copy, as `torch.save` writes them
+            if (key := (o.device, s.data_ptr())) not in storages:
+                if o.device.type == 'cuda': gpus.add(o.device)
+                whole = torch.empty(0, dtype=torch.uint8, device=o.device).set_(s)
+                storages[key] = torch.empty(s.nbytes(), dtype=torch.uint8, pin_memory=o.is_cuda).copy_(whole, non_blocking=True).untyped_storage()
+            return torch.empty(0, dtype=o.dtype).set_(storages[key], o.storage_offset(), o.shape, o.stride())
+        if isinstance(o, dict): return {k: copy_(v) for k, v in o.items()}
+        return type(o)(map(copy_, o)) if isinstance(o, (list, tuple)) else copy.deepcopy(o)
+    res = copy_(state)
+    for d in gpus: torch.cuda.synchronize(d)  # the copies from the GPU are queued without waiting; this waits once
+    return res
+
+class CheckpointQueue:
+    "Checkpoint writes run by one background thread in order, at most `in_flight` at once; a failure is raised by the next `check`, `submit` or `wait`, and the jobs queued behind it are dropped"
+    def __init__(self, in_flight:int=1): # how many writes may be under way or waiting at once
+        if not isinstance(in_flight, int) or isinstance(in_flight, bool) or in_flight < 1:
+            raise ValueError(f"`in_flight` must be a whole number of at least 1 (got {in_flight!r})")
+        self.in_flight, self.jobs, self._pool, self._failed = in_flight, collections.deque(), None, False
+
+    def writes(self):
+        "The futures of the writes under way or waiting, oldest first"
+        return [f for f, _, write in self.jobs if write and not f.done()]
+
+    def room(self):
+        "Wait until a new write may start (fewer than `in_flight` under way), raising the error of one that failed"
+        self.check()
+        while len(w := self.writes()) >= self.in_flight:
+            futures.wait(w[:1])
+            self.check()
+
+    def submit(self, job, # called with no argument in the background thread
+               what:str, # the job, as an error names it: 'the checkpoint ckpt/checkpoint_0001_000000.pt'
+               write:bool=True): # a write counts in `in_flight`; another job (an upload, a clean-up) runs after what was queued before it, and waits for nothing
+        "Queue `job` behind the others (a write first waits for `room`)"
+        if write: self.room()
+        else: self.check()
+        if self._pool is None: self._pool = futures.ThreadPoolExecutor(1, thread_name_prefix='aisaac-checkpoint')
+        self.jobs.append((self._pool.submit(self._run, job), what, write))
+
+    def _run(self, job):
+        if self._failed: return None  # behind a job that failed: dropped
+        try: return job()
+        except BaseException:
+            self._failed = True
+            raise
+
+    def check(self):
+        "Raise the error of a job that failed, as a `CheckpointWriteError`, without waiting for those under way"
+        while self.jobs and self.jobs[0][0].done(): self._end(self.jobs.popleft())
+
+    def wait(self):
+        "Wait for every job queued; raise the first that failed, as a `CheckpointWriteError`"
+        while self.jobs: self._end(self.jobs.popleft())
+
+    def _end(self, job):
+        "A job that ended: raise its error, once the jobs behind it (dropped) have ended too"
+        f, what, _ = job
+        if (e := f.exception()) is None: return
+        dropped = [w for _, w, _ in self.jobs]
+        futures.wait([g for g, _, _ in self.jobs])
+        self.jobs.clear()
+        self._failed = False
+        note = ("It was being written in the background: its error is raised at the first check after it failed (with `CheckpointCB(background=True)`, "
+                "the next training batch)" + (f"; not done either: {', '.join(dropped)}" if dropped else ''))
+        if isinstance(e, CheckpointWriteError):
+            e.add_note(note)
+            raise e
+        err = CheckpointWriteError(f"Could not write {what} in the background: {type(e).__name__}: {e}")
+        err.add_note(note)
+        raise err from e
+
 # %% ../nbs/25_persist.ipynb #0c078216
 class CheckpointEngine(CallbackMixin):
     "Writes and reads checkpoint files; `save` and `load` are phases, so callbacks can rewrite what is written and what is read"
     sharded, suffix = False, '.pt'  # one file, written by the main process (`aisaac.dcp.ShardedCheckpointEngine`: a folder, by every process)
     def __init__(self, callbacks=None, # callbacks with `before_save`, `after_save`, `before_load` or `after_load` hooks
-                 sealed:bool=True): # seal each file with its SHA-256 (about 0.15 s per 200 MiB to write, as much to check on load)
-        self.sealed = sealed
+                 sealed:bool=True, # seal each file with its SHA-256 (about 0.15 s per 200 MiB to write, as much to check on load)
+                 in_flight:int=1): # how many writes `submit` lets run in the background at once (each holds a copy of the state in memory)
+        self.sealed, self.queue = sealed, CheckpointQueue(in_flight)
         self.add_callbacks(callbacks)
 
     @with_cbs('save')
@@ -212,6 +293,18 @@ class CheckpointEngine(CallbackMixin):
         try: return atomic_write(path, write)
         except (OSError, RuntimeError) as e:  # a full disk, a file-size limit: torch's writer says only "unexpected pos"
             raise CheckpointWriteError(_write_failed(path, state, e)) from e
+
+    def submit(self, state:dict, # the checkpoint's content, as `save` takes it
+               path): # the file to write
+        "Save `state` to `path` in the background: a `snapshot` of it now, then the `save` phase (its callbacks, the write, the seal, the rename) in the engine's `queue`; returns `path`, where the file appears once whole"
+        self.queue.room()  # (the oldest write ends first when `in_flight` are under way: no more copies in memory than that)
+        copy = snapshot(state)
+        self.queue.submit(lambda: self.save(copy, path), f'the checkpoint {path}')
+        return Path(path)
+
+    def wait(self):
+        "Wait until every write `submit` queued has ended; raise the first that failed, as a `CheckpointWriteError`"
+        self.queue.wait()
 
     @with_cbs('load')
     def load(self, path): # the file to read

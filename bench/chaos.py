@@ -19,6 +19,16 @@ TensorBoard reads them.
 checkpoints, as `TensorLoader`'s is by default); `--loader shards`: a small language model (an embedding and a linear layer,
 dropout) on `ShardLoader`'s random blocks of token shards written once for all the trials.
 
+`--background`: the checkpoints are written in the background (`CheckpointCB(background=True)`: the state copied at the event,
+written, sealed and renamed by a background thread while the run goes on), so many kills fall while a write is under way.
+`--upload`: each checkpoint is also uploaded to an fsspec URL (`file://` on this disk, `CheckpointCB(upload=...)`, with
+`keep_last` there too), and every restart first deletes the local checkpoints (a machine that lost its disk) and resumes from
+`last_checkpoint(url)`, which downloads the newest whole upload: a kill during an upload leaves the one before the newest.
+
+`--slow-write S`: each checkpoint's write takes S seconds longer (a sleep in its seal, its temporary file written), and so does
+each upload (a sleep after the copy to its temporary name): a stand-in for a large checkpoint on a slow disk or network, so that
+many kills fall while a write or an upload is under way.
+
 `--procs 2`: the same on two processes (torchrun, gloo, `DistributedDataParallel`, a `DistributedSampler` without
 shuffling, no dropout: no random draw differs between the processes), where the main process writes the checkpoints and
 the logs; a kill hits one process drawn at random (torchrun then stops the other), and the restart of both resumes from
@@ -43,6 +53,28 @@ def synthetic(torch):
     return x, label(x), xv, label(xv)
 
 LOADER = 'tensor'  # the training loader (`--loader`): each says its state, which the checkpoints keep
+BACKGROUND, UPLOAD, SLOW = False, False, 0.  # `--background`, `--upload`, `--slow-write`
+
+def slow_writes(seconds):
+    "Each checkpoint write (in its seal, with its temporary file there) and each upload (after the copy to its temporary name) takes `seconds` longer"
+    if not seconds: return
+    import fsspec.implementations.local as local
+    import aisaac.persist as persist
+    seal, put = persist.seal, local.LocalFileSystem.put
+    def slow_seal(path): time.sleep(seconds); return seal(path)
+    def slow_put(self, *args, **kwargs): res = put(self, *args, **kwargs); time.sleep(seconds); return res
+    persist.seal, local.LocalFileSystem.put = slow_seal, slow_put
+
+def saver(out:Path):
+    "The run's `CheckpointCB`: every 5 steps, the last 3 kept; in the background, uploaded (to `out/remote`) and slowed as the options say"
+    from aisaac.callbacks.savers import CheckpointCB
+    slow_writes(SLOW)
+    return CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3, background=BACKGROUND, upload=f'file://{out}/remote' if UPLOAD else None)
+
+def resume_from(out:Path, rank:int=0):
+    "The checkpoint a (re)start resumes from: the newest whole one in `out/ckpt`, or (`--upload`) downloaded from the URL, each process into its own cache"
+    from aisaac.callbacks.savers import last_checkpoint
+    return last_checkpoint(f'file://{out}/remote', cache=out/f'cache_{rank}') if UPLOAD else last_checkpoint(out/'ckpt')
 
 def loaders(torch, nn, out):
     "The run's loaders and model: an MLP on `synthetic` from a `TensorLoader` or a `StatefulDataLoader` (2 workers); or a small language model from token shards"
@@ -78,7 +110,6 @@ def child(out:Path, steps:int):
     from aisaac.callbacks.train import BasicTrainCB
     from aisaac.callbacks.metrics import MetricsCB
     from aisaac.callbacks.schedule import OneCycleSchedulerCB
-    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
     from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
     from aisaac.callbacks.results import ResultsFileCB
     torch.set_num_threads(1)
@@ -92,9 +123,8 @@ def child(out:Path, steps:int):
     dls, model = loaders(torch, nn, out)
     t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
                 callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
-                           CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
-                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), ResultsFileCB(out/'results.jsonl'), *tb, Ready()])
-    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=last_checkpoint(out/'ckpt'))
+                           saver(out), CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), ResultsFileCB(out/'results.jsonl'), *tb, Ready()])
+    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=resume_from(out))
     atomic_save({'model': t.model.state_dict(), 'opt': t.opt.state_dict(), 'history': t.history.state_dict()}, out/'final.pt')
 
 def child_ddp(out:Path, steps:int):
@@ -111,7 +141,6 @@ def child_ddp(out:Path, steps:int):
     from aisaac.callbacks.train import BasicTrainCB
     from aisaac.callbacks.metrics import MetricsCB
     from aisaac.callbacks.schedule import OneCycleSchedulerCB
-    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
     from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
     torch.set_num_threads(1)
     dist.init_process_group('gloo')
@@ -128,9 +157,8 @@ def child_ddp(out:Path, steps:int):
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
     t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.Adam, model,
                 callbacks=[BasicTrainCB(), MetricsCB(show=False), OneCycleSchedulerCB(),
-                           CheckpointCB(out/'ckpt', every=EVERY, every_n_epochs=None, keep_last=3),
-                           CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), Ready()])
-    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=last_checkpoint(out/'ckpt'))
+                           saver(out), CSVLogger(out/'log.csv'), JSONLinesLogger(out/'log.jsonl'), Ready()])
+    t.fit(steps=steps, valid_every=VALID_EVERY, lr=1e-2, resume_from=resume_from(out, rank))
     if rank == 0:
         atomic_save({'model': t.model.module.state_dict(), 'opt': t.opt.state_dict(), 'history': t.history.state_dict()}, out/'final.pt')
     dist.destroy_process_group()
@@ -138,9 +166,10 @@ def child_ddp(out:Path, steps:int):
 PROCS = 1
 
 def start(out, steps):
-    if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps), '--loader', LOADER]
+    flags = ['--background'] * BACKGROUND + ['--upload'] * UPLOAD + ['--slow-write', str(SLOW)] * bool(SLOW)
+    if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps), '--loader', LOADER, *flags]
     else: cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(PROCS), __file__,
-                 '--child', str(out), '--steps', str(steps), '--procs', str(PROCS)]
+                 '--child', str(out), '--steps', str(steps), '--procs', str(PROCS), *flags]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 def kill(p, out, rng):
@@ -164,18 +193,20 @@ def run_once(out, steps):
     return time.perf_counter() - t0
 
 def done(out, steps):
-    "The part of the run that the newest checkpoint holds (0 to 1)"
+    "The part of the run that the newest checkpoint holds (0 to 1): in `out/ckpt`, or (`--upload`) of those uploaded"
     import torch
     from aisaac.callbacks.savers import checkpoints
-    for p in reversed(checkpoints(out/'ckpt') if (out/'ckpt').exists() else []):
+    folder = out/('remote' if UPLOAD else 'ckpt')
+    for p in reversed(checkpoints(folder) if folder.exists() else []):
         try: return torch.load(p, weights_only=True)['clock']['step'] / steps
         except Exception: pass  # (a damaged one: the run skips it too)
     return 0.
 
 def trial(out, steps, kills, train_secs, rng):
     "Kill the run `kills` times at random instants of its training, restarting it each time; then let it end. Its record"
-    rec = {'kills': 0, 'in_write': 0, 'restarts': 0, 'errors': []}
+    rec = {'kills': 0, 'in_write': 0, 'in_upload': 0, 'restarts': 0, 'errors': []}
     while True:
+        if UPLOAD and rec['restarts']: shutil.rmtree(out/'ckpt', ignore_errors=True)  # the restart is on a machine without the local checkpoints
         p = start(out, steps)
         line = p.stdout.readline().strip()
         if line != 'ready':  # it could not start: a checkpoint it could not resume, say
@@ -188,6 +219,7 @@ def trial(out, steps, kills, train_secs, rng):
                 if kill(p, out, rng) == 'hang': rec['errors'].append('a process hung after the other was killed')
                 rec['kills'] += 1
                 rec['in_write'] += any((out/'ckpt').glob('.checkpoint_*.tmp')) if (out/'ckpt').exists() else 0
+                rec['in_upload'] += any((out/'remote').glob('.checkpoint_*.tmp')) if (out/'remote').exists() else 0
                 rec['restarts'] += 1
                 continue
             rec['missed'] = rec.get('missed', 0) + 1  # it ended before the instant drawn
@@ -227,8 +259,8 @@ def compare(ref:Path, out:Path):
     res['results'] = results(ref) == results(out)
     res['tensorboard'] = scalars(ref) == scalars(out)
     from aisaac.callbacks.savers import checkpoints, checkpoint_problem
-    res['checkpoints_unreadable'] = sum(checkpoint_problem(p) is not None for p in checkpoints(out/'ckpt'))
-    res['temps_left'] = len(list((out/'ckpt').glob('.*.tmp'))) + len(list(out.glob('.*.tmp')))
+    res['checkpoints_unreadable'] = sum(checkpoint_problem(p) is not None for d in ('ckpt', 'remote') if (out/d).exists() for p in checkpoints(out/d))
+    res['temps_left'] = sum(len(list(d.glob('.*.tmp'))) for d in (out, out/'ckpt', out/'remote', *out.glob('cache_*')))
     return res
 
 def main():
@@ -243,17 +275,21 @@ def main():
     p.add_argument('--procs', type=int, default=1, help='processes of the run (torchrun, gloo, DDP): 1 or 2')
     p.add_argument('--loader', choices=['tensor', 'stateful', 'shards'], default='tensor',
                    help="the training loader (one process): TensorLoader, torchdata's StatefulDataLoader with 2 workers, or ShardLoader")
+    p.add_argument('--background', action='store_true', help='checkpoints written in the background: CheckpointCB(background=True)')
+    p.add_argument('--upload', action='store_true', help="checkpoints uploaded to a file:// URL; each restart deletes the local ones and resumes from the URL")
+    p.add_argument('--slow-write', type=float, default=0., help='seconds added to each checkpoint write and upload (with its temporary file there)')
     p.add_argument('--json', type=Path, help='also write the figures and every trial as JSON here')
     p.add_argument('--keep', action='store_true', help='keep the folders of the trials (printed)')
     a = p.parse_args()
-    global PROCS, LOADER
-    PROCS, LOADER = a.procs, a.loader
+    global PROCS, LOADER, BACKGROUND, UPLOAD, SLOW
+    PROCS, LOADER, BACKGROUND, UPLOAD, SLOW = a.procs, a.loader, a.background, a.upload, a.slow_write
     if a.child: return (child if a.procs == 1 else child_ddp)(a.child, a.steps)
     if a.quick: a.trials, a.kills = (3, 2) if a.procs == 1 else (1, 2)
     base = Path(tempfile.mkdtemp(prefix='aisaac-chaos-'))
     ref = base/'reference'
     train_secs = run_once(ref, a.steps)
-    print(f"# bench/chaos.py: {a.procs} process(es), {'' if a.procs > 1 else f'loader {a.loader}, '}{a.trials} trials of {a.kills} SIGKILLs, {a.steps} steps, checkpoints every {EVERY} (keep 3), "
+    how = ' in the background' * a.background + ', uploaded (restarts from the URL)' * a.upload + f', each write and upload {a.slow_write:g} s slower' * bool(a.slow_write)
+    print(f"# bench/chaos.py: {a.procs} process(es), {'' if a.procs > 1 else f'loader {a.loader}, '}{a.trials} trials of {a.kills} SIGKILLs, {a.steps} steps, checkpoints every {EVERY}{how} (keep 3), "
           f"seed {a.seed}; the uninterrupted run trains in {train_secs:.2f} s", flush=True)
     trials = []
     for i in range(a.first, a.first + a.trials):
@@ -263,14 +299,14 @@ def main():
         trials.append(rec)
         ok = (rec.get('weights') and rec.get('opt') and rec.get('history') and rec['log.csv']['same'] and rec['log.jsonl']['same']
               and rec['results'] and rec['tensorboard'])
-        print(f"#   trial {i}: {rec['kills']} kills ({rec['in_write']} in a checkpoint write), "
+        print(f"#   trial {i}: {rec['kills']} kills ({rec['in_write']} in a checkpoint write, {rec['in_upload']} in an upload), "
               f"{'identical' if ok else 'DIFFERENT'}: weights {rec.get('weights')}, optimizer {rec.get('opt')}, history {rec.get('history')}, "
               f"csv lost/dup {rec['log.csv']['lost']}/{rec['log.csv']['dup']}, jsonl lost/dup {rec['log.jsonl']['lost']}/{rec['log.jsonl']['dup']}, "
               f"results file {rec['results']}, tensorboard {rec['tensorboard']}"
               + (f", errors {rec['errors']}" if rec['errors'] else ''), flush=True)
         if not a.keep and ok: shutil.rmtree(out)
     tot = lambda f: sum(f(r) for r in trials)
-    figures = {'trials': len(trials), 'kills': tot(lambda r: r['kills']), 'kills_in_a_write': tot(lambda r: r['in_write']),
+    figures = {'trials': len(trials), 'kills': tot(lambda r: r['kills']), 'kills_in_a_write': tot(lambda r: r['in_write']), 'kills_in_an_upload': tot(lambda r: r['in_upload']),
                'instants_after_the_end': tot(lambda r: r.get('missed', 0)),
                'identical': tot(lambda r: bool(r.get('weights') and r.get('opt') and r.get('history'))),
                'logs_identical': tot(lambda r: r['log.csv']['same'] and r['log.jsonl']['same'] and r['results'] and r['tensorboard']),
@@ -278,11 +314,11 @@ def main():
                'csv_rows_lost': tot(lambda r: r['log.csv']['lost']), 'csv_rows_dup': tot(lambda r: r['log.csv']['dup']),
                'jsonl_rows_lost': tot(lambda r: r['log.jsonl']['lost']), 'jsonl_rows_dup': tot(lambda r: r['log.jsonl']['dup']),
                'errors': tot(lambda r: len(r['errors']))}
-    print("\n| trials | kills | in a checkpoint write | weights, optimizer, history identical | logs identical (CSV, JSON lines, results file, TensorBoard) | checkpoints unreadable | "
+    print("\n| trials | kills | in a checkpoint write | in an upload | weights, optimizer, history identical | logs identical (CSV, JSON lines, results file, TensorBoard) | checkpoints unreadable | "
           "temporary files left | CSV rows lost / duplicated | JSON lines lost / duplicated | runs that failed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     f = figures
-    print(f"| {f['trials']} | {f['kills']} | {f['kills_in_a_write']} | {f['identical']} of {f['trials']} | {f['logs_identical']} of {f['trials']} | "
+    print(f"| {f['trials']} | {f['kills']} | {f['kills_in_a_write']} | {f['kills_in_an_upload']} | {f['identical']} of {f['trials']} | {f['logs_identical']} of {f['trials']} | "
           f"{f['checkpoints_unreadable']} | {f['temps_left']} | {f['csv_rows_lost']} / {f['csv_rows_dup']} | "
           f"{f['jsonl_rows_lost']} / {f['jsonl_rows_dup']} | {f['errors']} |")
     if a.json: a.json.write_text(json.dumps({'figures': figures, 'trials': trials}, indent=1, default=str))

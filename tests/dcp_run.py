@@ -17,6 +17,11 @@ Each JOB, run in turn in the same processes, is
     export:NAME:DIR            `save_full_weights` of a fresh sharded model resumed from DIR's last checkpoint, to OUT/NAME.full.pt
     accum:NAME:DIR:EPOCHS:EVERY[:accumN]  as straight, with GradAccumCB(2) (or N) and CheckpointCB(DIR, every=EVERY) ('2 steps', or '3 batches': inside a window)
     best:NAME:DIR:EPOCHS       as straight, with MetricsCB and SaveBestModelCB(DIR/best.pt, greater_is_better=True) and no CheckpointCB
+    background:NAME:DIR:EPOCHS[:held|:fails]  as straight, with CheckpointCB(DIR, every='4 steps', background=True): the shards by
+                               DCP's `async_save`, the rest in the engine's background thread; `held`: each process holds its part of
+                               the first checkpoint (in `_written`, before the agreement) until it has taken 3 more training batches,
+                               and records them, with whether the checkpoint was still under way at each; `fails`: process 1 cannot write its random state for the
+                               second checkpoint (an OSError in the background), and the fit's error is recorded
     logs:NAME:DIR:EPOCHS[:CKPT:FROM]  as straight, with MetricsCB, CSVLogger, JSONLinesLogger and ResultsFileCB writing OUT/NAME.csv,
                                OUT/NAME.jsonl and OUT/NAME.results.jsonl; with CKPT, the fit resumes it, in copies of the files the
                                job FROM wrote (as an interrupted run leaves them: past the checkpoint)
@@ -30,7 +35,7 @@ raises, as NCCL (the backend of every GPU run) does: a stand-in for NCCL's rule 
 The data give every process its part of the same global batch of 8 sequences, whatever the number of processes (process r of W takes
 rows r, r+W, ... and batches of 8/W), so a run on 1 process and one on 2 take the same optimizer steps (up to float rounding).
 """
-import datetime, hashlib, json, os, shutil, signal, sys, warnings
+import datetime, hashlib, json, os, shutil, signal, sys, threading, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -41,6 +46,7 @@ from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.data import DataLoaders
 from aisaac.models import GPT
+from aisaac.persist import CheckpointEngine
 from aisaac.dcp import ShardedCheckpointEngine, is_sharded, save_full_weights
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
@@ -92,6 +98,18 @@ class SignalAt(Callback):
     def __init__(self, step=3): self.step = step
     def after_loss(self, trainer):
         if world()[1] == 1 and trainer.model.training and trainer.clock.step == self.step: os.kill(os.getpid(), signal.SIGTERM)
+
+class During(Callback):
+    "The training steps taken after the first background checkpoint was asked for, while `hold` (as the engine's `_written`, in the background thread) keeps it from completing, and whether it was still under way at each; lets it go after 3"
+    def __init__(self): self.go, self.asked, self.batches, self.last = threading.Event(), False, [], None
+    def hold(self): assert self.go.wait(60), 'never let go'
+    def after_save_checkpoint(self, trainer): self.asked = True
+    def after_batch(self, trainer):
+        if not trainer.model.training: return
+        self.last = trainer.clock.step
+        if self.asked and not self.go.is_set():
+            self.batches.append((trainer.clock.step, bool(trainer.checkpoint_engine.queue.writes())))
+            if len(self.batches) == 3: self.go.set()
 
 def accum_cbs(opts):
     "[GradAccumCB(N)] for the option 'accumN' ('accum': 2), or none"
@@ -158,6 +176,20 @@ def run(out, job):
             t, rec = make([MetricsCB(), best])
             t.fit(int(n), lr=1e-2)
             res.update(best_epoch=best.best_epoch, best=best.best)
+        elif kind == 'background':
+            dir, n, *opt = args
+            t, rec = make([CheckpointCB(dir, every_n_epochs=None, keep_last=None, every='4 steps', background=True), during := During()])
+            if opt == ['held']: ShardedCheckpointEngine._written = lambda engine, tmp, r: during.hold()
+            if opt == ['fails'] and rank == 1:
+                real, saves = CheckpointEngine.save, []
+                def fails(self, state, path):
+                    if Path(path).name == 'rng_1.pt' and len(saves) == 1: raise OSError(28, 'No space left on device')
+                    if Path(path).name == 'rng_1.pt': saves.append(path)
+                    return real(self, state, path)
+                CheckpointEngine.save = fails
+            try: t.fit(int(n), lr=1e-2)
+            except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
+            res.update(during=during.batches, at_error=during.last)
         elif kind == 'logs':
             dir, n, *resume = args
             files = [out/f'{name}{ext}' for ext in LOG_FILES]

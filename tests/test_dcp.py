@@ -261,3 +261,55 @@ def test_an_fsdpcb_run_resumed_on_2_processes_writes_the_logs_of_the_uninterrupt
         assert (tmp_path/f'{name}.csv').read_text() == csv, name
         assert (tmp_path/f'{name}.jsonl').read_text() == lines, name
         assert events(name) == events('u'), name
+
+# ------------------------------------------------------------------------------------------------ written in the background
+
+@pytest.fixture(scope='module')
+def background(tmp_path_factory):
+    """On 2 processes, under dcp_run's stand-in for NCCL's rule (no CPU tensor of aisaac's in the default group): the straight run with
+    `CheckpointCB(background=True)` (b2), its checkpoint after 4 steps resumed (rb2); the same with each process holding its part of the
+    first checkpoint for 3 training batches (bh); and with process 1 failing to write its part of the second (bf)"""
+    out = tmp_path_factory.mktemp('dcp_background')
+    ok(out, 2, f'background:b2:{out}/cb2:2', f'resume:rb2:{out}/cb2/{MID}:2', f'background:bh:{out}/cbh:2:held', f'background:bf:{out}/cbf:2:fails',
+       env={'AISAAC_NCCL_RULE': '1'})
+    return out
+
+def test_sharded_checkpoints_written_in_the_background_are_the_synchronous_ones_and_resume_exactly(runs, background):
+    "Each folder (DCP's `async_save` for the shards) holds what the synchronous run's holds at the same point: the same whole weights, "
+    "random states and state; resumed on 2, the run ends on the uninterrupted run's weights exactly"
+    names = [p.name for p in checkpoints(background/'cb2')]
+    assert names == [p.name for p in checkpoints(runs/'c2')] and sorted(os.listdir(background/'cb2')) == names  # no temporary folder left
+    for name in names:
+        a, b = (consolidate_checkpoint(d/name, background/f'{d.name}-{name}.pt') for d in (runs/'c2', background/'cb2'))
+        assert_same(torch.load(a, weights_only=True), torch.load(b, weights_only=True), exact=True)
+        for f in ('rng_0.pt', 'rng_1.pt'):  # each process's torch random state (Python's and NumPy's are not seeded by dcp_run)
+            ra, rb = (torch.load(d/name/f, weights_only=True) for d in (runs/'c2', background/'cb2'))
+            assert torch.equal(ra['torch'], rb['torch']), (name, f)
+        sa, sb = (torch.load(d/name/'state.pt', weights_only=True) for d in (runs/'c2', background/'cb2'))
+        sa['clock'].pop('seconds'); sb['clock'].pop('seconds')
+        for k in ('epoch', 'batch', 'callbacks', 'history', 'clock', 'opt', 'world_size'): assert str(sa[k]) == str(sb[k]), (name, k)
+    assert_same(weights(background, 'b2'), weights(runs, 's2'), exact=True)
+    assert_same(weights(background, 'rb2'), weights(runs, 's2'), exact=True)
+    for rank in (0, 1): assert result(background, 'rb2', rank)['loaded'] == result(runs, 's2', rank)['saved']['0_3']
+
+def test_both_processes_train_on_while_a_sharded_checkpoint_is_written_in_the_background(background):
+    "Each process holds its part of the first checkpoint before the agreement: both take 3 more training steps meanwhile, with the "
+    "checkpoint still under way at each, then it completes; the collectives of the two threads never meet"
+    for rank in (0, 1):
+        r = result(background, 'bh', rank)
+        assert r['during'] == [[5, True], [6, True], [7, True]] and r['outcome'] == 'ok', r
+    assert all(folder_problem(p) is None for p in checkpoints(background/'cbh')) and len(checkpoints(background/'cbh')) == 4
+
+def test_a_sharded_write_that_fails_in_the_background_on_one_process_ends_both_at_the_next_step(background):
+    "Process 1 cannot write its part of the checkpoint after step 8: both processes raise at the same step, the first after the "
+    "write failed (before the next checkpoint, at step 12), the folder is left unfinished, and the one before stays the newest complete one"
+    for rank in (0, 1):
+        r = result(background, 'bf', rank)
+        assert 'Could not write the sharded checkpoint' in r['error'] and 'checkpoint_0000_000008' in r['error'], r['error']
+        assert 9 <= r['at_error'] <= 12 and r['outcome'] == 'error', r
+    assert result(background, 'bf', 0)['at_error'] == result(background, 'bf', 1)['at_error']
+    assert [p.name for p in checkpoints(background/'cbf')] == [MID]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert last_checkpoint(background/'cbf') == background/'cbf'/MID
+    assert any('.checkpoint_0000_000008.tmp' in str(x.message) for x in w)
