@@ -6,10 +6,10 @@ Docs: https://aisaac-dev.github.io/aisaac/loaders.html.md"""
 
 # %% auto #0
 __all__ = ['loader_generators', 'skip_batches', 'state_part', 'loader_state', 'load_loader_state', 'EpochPlace', 'loader_states',
-           'own_loader_state', 'resume_iter', 'Resumed']
+           'own_loader_state', 'resume_iter', 'Resumed', 'dead_worker_error']
 
 # %% ../nbs/25_loaders.ipynb #584a948e
-import datetime, io, warnings
+import datetime, io, signal, warnings
 import torch
 from .clock import _order_parts
 from .ranks import _store, _world_size
@@ -173,3 +173,36 @@ class Resumed:
         it = resume_iter(self.dl, self.n, self.state)
         if self.then is not None: self.then()
         return it
+
+# %% ../nbs/25_loaders.ipynb #bec3fb98
+def _worker_died(e):
+    "torch's error for a `DataLoader` worker that died, if it is `e` or what `e` was raised from or during (its signal handler raises it wherever the program is: inside a checkpoint's write, say)"
+    for _ in range(8):
+        if e is None or (isinstance(e, RuntimeError) and str(e).startswith('DataLoader worker (pid')): return e
+        e = e.__cause__ or e.__context__
+
+def _broken_iter(e):
+    "The worker-process iterator `e` (a broken connection, an end of file) was raised from, taken out of torch's SIGCHLD handler; else `None`"
+    if not isinstance(e, (ConnectionError, EOFError)): return None
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+    tb = e.__traceback__
+    while tb is not None and not isinstance(it := tb.tb_frame.f_locals.get('self'), _MultiProcessingDataLoaderIter): tb = tb.tb_next
+    if tb is None: return None
+    if it._worker_pids_set:  # first, so that the handler raises nothing while we look, or later, elsewhere
+        torch.utils.data._utils.signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
+    return it
+
+def dead_worker_error(e:BaseException): # what a fit raised
+    "torch's `DataLoader worker (pid N) is killed by signal` error when a dead worker ended the fit: `e` is it, was raised from it, or is a broken connection to a worker that died while it sent a batch; else `None`"
+    it = _broken_iter(e)
+    if (found := _worker_died(e)) is not None: return found if found is e else RuntimeError(str(found))
+    if it is None: return None
+    if not any(w.exitcode for w in it._workers):  # the connection breaks a moment before the dead process can be reaped
+        for w in it._workers: w.join(timeout=1)
+    dead = [w for w in it._workers if w.exitcode not in (None, 0)]
+    it._shutdown_workers()
+    if not dead: return None
+    w = dead[0]
+    why = f"is killed by signal: {signal.strsignal(-w.exitcode)}" if w.exitcode < 0 else f"exited unexpectedly with exit code {w.exitcode}"
+    return RuntimeError(f"DataLoader worker (pid {w.pid}) {why}. (It died while it sent a batch: {type(e).__name__}: {e})")
