@@ -136,8 +136,9 @@ def _inner(tree):
 
 def docs_run_problems(nbs=None):
     """[(notebook, cell index, [names])]: cells that nbdev's docs processing runs (`exec_show_docs`: exported cells, `show_doc`
-    and every cell with an import) but that read a name only a cell it does not run defines: the docs build fails there
-    (a `NameError`, or worse, a fit started where its data was never made). The fix: the imports in a cell of their own."""
+    and every cell with an import) but that read a name only a cell it does not run defines, or start loader workers (spawned
+    there, they cannot find a class the notebook defined): the docs build fails there (a `NameError`, or worse, a fit started
+    where its data was never made). The fix: the imports in a cell of their own."""
     import builtins, warnings
     from nbdev.process import NBProcessor
     from nbdev.processors import _do_eval
@@ -158,7 +159,9 @@ def docs_run_problems(nbs=None):
                     else: known |= names
             read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             missing = read - known - _inner(tree)
-            if missing and not star_failed and not (c.directives_.keys() & {'export', 'exports', 'exporti'}):  # (a function may name one defined later)
+            exported = bool(c.directives_.keys() & {'export', 'exports', 'exporti'})
+            if not exported and re.search(r'num_workers\s*=\s*[1-9]', c.source): missing = missing | {'(worker processes: num_workers)'}
+            if missing and not star_failed and not exported:  # (a function may name one defined later)
                 res.append((Path(nb).relative_to(ROOT).as_posix() if Path(nb).is_relative_to(ROOT) else str(nb), i, sorted(missing)))
             known |= _bound(tree)
     return res

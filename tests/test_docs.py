@@ -176,6 +176,6 @@ def test_a_cell_the_docs_build_cannot_run_is_reported(tmp_path):
     def nb(*cells): return {'cells': [{'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': s} for s in cells],
                             'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
     bad, good = tmp_path/'bad.ipynb', tmp_path/'good.ipynb'
-    bad.write_text(json.dumps(nb('x = 1', 'import math\nprint(math.pi + x)', 'def f(y): return y')))
+    bad.write_text(json.dumps(nb('x = 1', 'import math\nprint(math.pi + x)', 'def f(y): return y', 'import torch\ndl = torch.utils.data.DataLoader([1], num_workers=2)')))
     good.write_text(json.dumps(nb('x = 1', 'import math', 'print(math.pi + x)', '#| export\ndef g(): return later()')))
-    assert dc.docs_run_problems([bad, good]) == [(str(bad), 1, ['x'])]
+    assert dc.docs_run_problems([bad, good]) == [(str(bad), 1, ['x']), (str(bad), 3, ['(worker processes: num_workers)'])]
