@@ -9,7 +9,8 @@
 nbdev-test runs notebooks in-process, without a kernel, so progress bars come out as text and nothing
 is kept. Here each notebook runs in its own `python3` kernel of this environment, in the notebook's
 folder, as a reader would run it: fastprogress draws HTML bars and tables, matplotlib makes PNGs,
-`view_source_code` highlights. Cells flagged `#| eval: false` and export cells are not run; notebooks
+`view_source_code` highlights. Cells flagged `#| eval: false` and export cells are not run, nor cells flagged `#| cuda` where
+there is no GPU (bench/gpu_nb.py saves a page run on the GPU machine); notebooks
 with `skip_exec: true` in their front matter and folders with a `.notest` file are skipped, as nbdev-test
 does. A notebook is saved only when every cell ran, with the paths of this machine in its outputs made relative
 (`aisaac/sft.py:133: UserWarning`, not the checkout's absolute path), then cleaned by `nbdev-clean`, which keeps the
@@ -74,7 +75,13 @@ def to_run(cell, skip_slow):
     if cell.cell_type != 'code' or not cell.source.strip(): return False
     d = directives(cell.source)
     if d.get('eval') == 'false' or 'nbdev_export(' in cell.source: return False
+    if 'cuda' in d and not has_cuda(): return False  # a GPU-only cell: its saved outputs (from a GPU run, bench/gpu_nb.py) stay
     return not (skip_slow and 'slow' in d)
+
+def has_cuda():
+    "Whether this machine's torch sees a CUDA GPU (cells flagged `cuda` run only there)"
+    import torch
+    return torch.cuda.is_available()
 
 # In place of a skipped slow cell, a check can run this: it draws from every random generator, as the slow cell's training
 # would. A cell after it whose outputs change then depends on whether the slow cells ran (it should seed itself).

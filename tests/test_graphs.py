@@ -284,3 +284,21 @@ def test_a_checkpoint_of_a_graphed_fit_holds_plain_floats_and_resumes_eagerly(tm
     t = make_trainer(sched())
     t.fit(3, lr=1e-2, resume_from=tmp_path/'g.pt')
     torch.testing.assert_close(weights(t.model), fit(sched(), graphed(), n_epochs=3)[1], rtol=1e-4, atol=1e-5)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the GPU page (bench/gpu_page.ipynb), whose outputs a run on a lent GPU saves: its code keeps working on the CPU until then
+
+def test_the_gpu_page_runs_on_the_cpu_with_its_cuda_cells_left_out(tmp_path):
+    "bench/gpu_nb.py runs the page without its `cuda` cells: the hidden checks fit the vision and LM recipes graphed by EagerGraphs"
+    pytest.importorskip('execnb', reason="execnb (nbdev's notebook runner) is not installed")
+    import json, subprocess, sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root/'bench'/'gpu_nb.py'), str(root/'bench'/'gpu_page.ipynb'), str(tmp_path/'out.ipynb'), '--skip', 'cuda'],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cells = [c for c in json.loads((tmp_path/'out.ipynb').read_text())['cells'] if c['cell_type'] == 'code']
+    ran = [c for c in cells if '#| cuda' not in ''.join(c['source'])]
+    assert len(ran) >= 6 and not any(o['output_type'] == 'error' for c in ran for o in c.get('outputs', []))
+    assert 'no GPU here' in ''.join(''.join(o.get('text', '')) for c in ran for o in c.get('outputs', []))
+    assert not any(c.get('outputs') for c in cells if '#| cuda' in ''.join(c['source']))  # (left out: no outputs)
