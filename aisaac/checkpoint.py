@@ -15,7 +15,7 @@ from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
 from .clock import set_sampler_epoch
-from .loaders import Resumed, dead_worker_error, loader_generators, loader_states, own_loader_state, resume_iter
+from .loaders import Resumed, _worker_died, dead_worker_error, loader_generators, loader_states, own_loader_state, resume_iter
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
@@ -256,7 +256,7 @@ class Checkpoints:
         "A data-loader worker that died (the out-of-memory killer, a signal) ends the fit with torch's error naming it, and what to do"
         try: e = dead_worker_error(e) or e  # torch's error for a worker that died, also when it struck a checkpoint's write or a batch
         except RuntimeError as late:  # torch's signal handler, striking while the error is looked at
-            if not str(late).startswith('DataLoader worker (pid'): raise
+            if _worker_died(late) is None: raise
             e = late
         if isinstance(e, RuntimeError) and 'DataLoader worker' in str(e):
             e.add_note(f"A process loading the data died (the system's out-of-memory killer, or a signal), in epoch {self.epoch}, at training "

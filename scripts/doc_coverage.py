@@ -110,28 +110,21 @@ def _star_names(module):
     except Exception: return None
     return set(getattr(m, '__all__', [k for k in dir(m) if not k.startswith('_')]))
 
-def _bound(tree):
-    "Names a cell binds for the cells after it: its top-level assignments, definitions and imports (not a function's locals)"
+def _names(tree, inner:bool):
+    """Names a cell binds. `inner=False`: for the cells after it (top-level assignments, definitions and imports, not a
+    function's locals); `inner=True`: anywhere, arguments included (what its own code may read without another cell)"""
     out = set()
     def visit(n):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(n.name); return
-        if isinstance(n, ast.Lambda): return
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+            if not inner: return
+        if isinstance(n, ast.Lambda) and not inner: return
+        if isinstance(n, ast.arg) and inner: out.add(n.arg)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store): out.add(n.id)
         if isinstance(n, (ast.Import, ast.ImportFrom)): out.update((a.asname or a.name).split('.')[0] for a in n.names)
         if isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
         for ch in ast.iter_child_nodes(n): visit(ch)
     for n in tree.body: visit(n)
-    return out
-
-def _inner(tree):
-    "Names a cell binds anywhere, arguments and imports included: what its own code may read without another cell"
-    out = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.arg): out.add(n.arg)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store): out.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)): out.update((a.asname or a.name).split('.')[0] for a in n.names)
-        elif isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
     return out
 
 def docs_run_problems(nbs=None):
@@ -158,12 +151,12 @@ def docs_run_problems(nbs=None):
                     if names is None: star_failed = True
                     else: known |= names
             read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            missing = read - known - _inner(tree)
+            missing = read - known - _names(tree, inner=True)
             exported = bool(c.directives_.keys() & {'export', 'exports', 'exporti'})
             if not exported and re.search(r'num_workers\s*=\s*[1-9]', c.source): missing = missing | {'(worker processes: num_workers)'}
             if missing and not star_failed and not exported:  # (a function may name one defined later)
                 res.append((Path(nb).relative_to(ROOT).as_posix() if Path(nb).is_relative_to(ROOT) else str(nb), i, sorted(missing)))
-            known |= _bound(tree)
+            known |= _names(tree, inner=False)
     return res
 
 def _modules():
