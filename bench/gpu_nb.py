@@ -8,7 +8,7 @@ tests/test_graphs.py runs it on the CPU with `--skip cuda`, so that its code kee
 
 The `device` tool's GPU image has no Jupyter, so this runs the notebook in-process with execnb (nbdev's own runner, carried as
 wheels by bench/gpu_prep.sh), every cell included (the `cuda` ones too), stopping at the first error. The outputs are cleaned
-of the machine's paths as scripts/run_nbs.py cleans them. `--skip FLAG` leaves out the cells flagged FLAG (a check on a CPU: `--skip cuda`).
+as scripts/run_nbs.py cleans them (the machine's paths, PYTHONPATH's among them: gpu_run.sh's /tmp/site). `--skip FLAG` leaves out the cells flagged FLAG (a check on a CPU: `--skip cuda`).
 """
 import argparse, importlib.util, sys, time
 from pathlib import Path
@@ -25,11 +25,9 @@ if __name__ == '__main__':
     from fastcore.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     nb, t0 = read_nb(args.nb), time.time()
-    skip = lambda c: c.cell_type != 'code' or any(f in run_nbs.directives(c.source) for f in args.skip) or 'nbdev_export(' in c.source
+    skip = lambda c: not run_nbs.to_run(c, skip_slow=False) or any(f in run_nbs.directives(c.source) for f in args.skip)
     def timed(c): print(f"# cell {c.get('idx_', '?')} ran at +{time.time() - t0:.0f} s", flush=True)
     shell = CaptureShell(path=Path(args.nb).parent.resolve(), mpl_format='png')
     shell.run_all(nb, exc_stop=True, preproc=skip, postproc=timed)
-    paths = run_nbs.machine_paths
-    run_nbs.machine_paths = lambda: paths() + [(r'/tmp/site/', '')]  # (gpu_run.sh installs the carried wheels there)
     write_nb(run_nbs.sanitise(nb), args.out)
     print(f"saved {args.out} in {time.time() - t0:.0f} s")

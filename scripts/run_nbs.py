@@ -120,20 +120,32 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3',
     return True, time.time() - t0, slow, nb
 
 def machine_paths():
-    "(pattern, replacement) for the paths of this machine that outputs print: the checkout, the installed packages, the home"
+    "(pattern, replacement) for the paths of this machine that outputs print: the checkout, the installed packages, PYTHONPATH's folders, the home"
     import sysconfig
     res = [(re.escape(str(ROOT)) + '/', ''), (re.escape(sysconfig.get_paths()['purelib']) + '/', '')]  # aisaac/sft.py, torch/...
     res.append((r'/\S*?/ipykernel_\d+/\d+\.py', '<cell>'))  # a warning raised in a cell: the kernel's file for the cell
+    res += [(re.escape(p.rstrip('/')) + '/', '') for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
+            if os.path.isabs(p) and p.strip('/')]  # (wheels carried to a GPU)
     return res + [(re.escape(str(Path.home())) + '/', '~/')]
 
+def coalesce(outs):
+    "Consecutive outputs of one stream as one: a kernel under load may send a printed line and its newline in two messages"
+    res = []
+    for o in outs:
+        if o['output_type'] == 'stream' and res and res[-1]['output_type'] == 'stream' and res[-1]['name'] == o['name']:
+            res[-1] = type(o)({**res[-1], 'text': ''.join(res[-1]['text']) + ''.join(o['text'])})
+        else: res.append(o)
+    return res
+
 def sanitise(nb):
-    "Replace the paths of this machine in `nb`'s outputs (a warning's file, a traceback) by relative ones: the docs show no developer's folders"
+    "Replace the paths of this machine in `nb`'s outputs (a warning's file, a traceback) by relative ones: the docs show no developer's folders; a printed line is one output (`coalesce`)"
     subs = machine_paths()
     def clean(text):
         lines = text if isinstance(text, list) else [text]
         for pat, rep in subs: lines = [re.sub(pat, rep, l) for l in lines]
         return lines if isinstance(text, list) else lines[0]
     for cell in nb.cells:
+        if 'outputs' in cell: cell['outputs'] = coalesce(cell['outputs'])
         for o in cell.get('outputs', []):
             if 'text' in o: o['text'] = clean(o['text'])
             for k, v in o.get('data', {}).items():
