@@ -31,13 +31,20 @@ CHECKPOINT_FORMAT, CHECKPOINT_VERSION = 'aisaac.checkpoint', 2  # what a checkpo
 # 'frozen' (the parameters that do not train) is read where it is there
 _keys = ('epoch', 'batch', 'model', 'opt', 'rng', 'epoch_rng', 'callbacks', 'history')
 
+def _plain(o):
+    "Whether `o` is only tensors, numbers, strings and `None`, in dicts, lists and tuples: it loads back with `weights_only=True`"
+    if type(o) in (list, tuple): return all(map(_plain, o))
+    if type(o) is dict: return all(map(_plain, o)) and all(map(_plain, o.values()))
+    return type(o) in (torch.Tensor, int, float, bool, str, bytes, type(None))
+
 def _loads_back(name, state):
-    "Raise if `state` (of `name`) would not load back with `weights_only=True`"
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    buf.seek(0)
-    try: torch.load(buf, weights_only=True)
-    except Exception as e:
+    "Raise if `state` (of `name`) would not load back with `weights_only=True` (tried in memory, unless it is plain: a large state is not written twice)"
+    if _plain(state): return state
+    try:
+        torch.save(state, buf := io.BytesIO())
+        buf.seek(0)
+        torch.load(buf, weights_only=True)
+    except Exception as e:  # (one that does not pickle, or does not load back)
         raise CheckpointError(f"The state of {name} cannot go in a checkpoint ({_why(e)}): its `state_dict` must return "
                               f"tensors and plain Python values (numbers, strings, lists, tuples, dicts)") from None
     return state

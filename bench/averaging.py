@@ -12,11 +12,13 @@ depend on the tokens.
      and `LossSpikeCB('skip')` (a decision, so a host sync, every step), timed by `ProfileCB`: each callback's handlers per
      step, and their share of the fit. Measured inside one fit, the shares hold on a loaded machine, where whole-step timings
      do not (they vary by 2x from repeat to repeat on the shared 2-core machine);
-  3. with `--whole`: whole steps, interleaved, the trainer alone and with each of them.
+  3. a checkpoint written in a fit with `LossSpikeCB`'s rollback (a snapshot every step, so that it holds the optimizer's state): its file size and the time `save_checkpoint` takes, with the rollback's snapshot in
+     it (the default, `snapshot_in_checkpoint=True`: a resumed run rolls back where the uninterrupted one would) and without;
+  4. with `--whole`: whole steps, interleaved, the trainer alone and with each of them.
 
 Run: `python bench/averaging.py` (`--batches 100` passes four checks and a snapshot), `--repeats`, `--batches`, `--quick`, `--device`, `--whole`.
 """
-import copy, random, statistics, sys, time
+import copy, random, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,6 +29,7 @@ from lm import OPT, BS, T, LR, STEPS, WARMUP, sync
 from aisaac.utils import set_seed
 from aisaac.data import DataLoaders, TensorLoader
 from aisaac.models import get_model_gpt, lm_loss
+from aisaac.core.callback import Callback
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
@@ -79,7 +82,30 @@ def main():
     for name in ('EMACB', 'LossSpikeCB', 'LossSpikeCB_1'):
         secs = sum(s for e, c, _, s, _ in prof.stats if c == name)
         print(f"| {name}{' (skip)' if name.endswith('_1') else ''} | {secs / n * 1e6:.0f} us | {secs / prof.total:.3%} |", flush=True)
-    if not whole: return
+    print("\n| LossSpikeCB's rollback, checkpoint written in the fit | file | save_checkpoint, median of 5 |\n|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        fit(copy.deepcopy(base), dls, max(n, 3), dev, lambda: [LossSpikeCB(check_every=1, snapshot_every=1), Saves(Path(d))])  # (a snapshot with the optimizer state)
+    if whole: whole_steps(base, dls, n, dev, reps)
+
+class Saves(Callback):
+    "At the third training batch's `checkpoint` event (after `LossSpikeCB`'s snapshot), time `save_checkpoint` without and with the snapshot"
+    order = 200
+    def __init__(self, d): self.d = d
+    def checkpoint(self, trainer, at):
+        if at != 'batch' or trainer.batch_num != 2: return
+        sizes = {}
+        for inside in (False, True):
+            trainer.LossSpikeCB.snapshot_in_checkpoint, ts = inside, []
+            for i in range(5):
+                t0 = time.perf_counter()
+                path = trainer.save_checkpoint(self.d/f'{inside}_{i}.pt')
+                ts.append(time.perf_counter() - t0)
+            sizes[inside] = path.stat().st_size
+            print(f"| {'with the snapshot (default)' if inside else 'without (`snapshot_in_checkpoint=False`)'} | {sizes[inside] / 2**20:.1f} MiB "
+                  f"({sizes[inside] / sizes[False]:.2f}x) | {statistics.median(ts)*1000:.0f} ms |", flush=True)
+
+def whole_steps(base, dls, n, dev, reps):
+    "Whole steps, interleaved: the trainer alone and with each callback"
     variants = {'trainer': list, 'EMACB': lambda: [EMACB(decay=0.999)], 'LossSpikeCB()': lambda: [LossSpikeCB()],
                 "LossSpikeCB('skip')": lambda: [LossSpikeCB('skip')]}
     times = {k: [] for k in variants}

@@ -380,3 +380,15 @@ def test_save_best_model_leaves_the_best_model_alone_in_a_validation_only_fit(tm
     w = t.model[0].weight.detach().clone()
     t.fit(1, train=False)
     assert keep.best == best and (tmp_path/'best.pt').stat().st_mtime_ns == mtime and torch.equal(t.model[0].weight, w)
+
+def test_a_plain_state_is_not_tried_and_anything_else_is():
+    "`_loads_back` takes tensors, numbers, strings and None in dicts, lists and tuples as they are; anything else is tried with `weights_only=True`"
+    import collections
+    from aisaac.checkpoint import _loads_back, _plain
+    plain = {'w': torch.ones(2), 'n': 3, 'x': [1.5, None, ('a', b'b', True)], 4: {'deep': [torch.zeros(1)]}}
+    assert _plain(plain) and _loads_back('it', plain) is plain
+    for ok in (collections.OrderedDict(a=torch.ones(1)), {'size': torch.Size([2, 3])}, nn.Parameter(torch.ones(1)), {1, 2}):
+        assert not _plain(ok) and _loads_back('it', ok) is ok  # not plain, and loads back: tried, taken
+    for bad in ({'f': lambda: 0}, [object()], collections.defaultdict(list)):
+        assert not _plain(bad)
+        with pytest.raises(CheckpointError, match='The state of it cannot go in a checkpoint'): _loads_back('it', bad)

@@ -179,3 +179,20 @@ def test_a_rollback_in_a_run_of_steps_under_accumulation_then_an_exact_resume(tm
     for k, v in straight.model.state_dict().items(): assert torch.equal(v, resumed.model.state_dict()[k]), k
     for k, v in straight.EMACB.averaged_state().items(): assert torch.equal(v, resumed.EMACB.averaged_state()[k]), k
     assert resumed.LossSpikeCB.skipped == spikes.skipped and resumed.opt.param_groups[0]['lr'] == 0.025
+
+@pytest.mark.parametrize('at', [12, 14])
+def test_a_resume_rolls_back_to_the_snapshot_the_uninterrupted_run_had(tmp_path, at):
+    "The snapshot is in the checkpoint: resumed after batch 12 (snapshot after batch 7) or 14 (between the spike at 13 and the check at 16 that reads it), the rollback goes back where the uninterrupted run went"
+    def mk(d, **kw): return make(LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8, **kw), Spike(13),
+                                 CheckpointCB(d, every_n_batches=2, keep_last=None))
+    straight = mk(tmp_path/'a')
+    straight.fit(1, lr=0.05, valid=False)
+    assert straight.LossSpikeCB.skipped == [[0, 8, 0, 15]]
+    resumed = mk(tmp_path/'b')
+    resumed.fit(1, lr=0.05, valid=False, resume_from=tmp_path/'a'/f'checkpoint_0000_{at:06d}.pt')
+    for k, v in straight.model.state_dict().items(): assert torch.equal(v, resumed.model.state_dict()[k]), k
+    assert resumed.LossSpikeCB.skipped == straight.LossSpikeCB.skipped and resumed.LossSpikeCB.events == straight.LossSpikeCB.events
+    small = mk(tmp_path/'c', snapshot_in_checkpoint=False)  # checkpoints without it: a state's size smaller, the limit stated
+    small.fit(1, lr=0.05, valid=False)
+    big, little = (torch.load(d/f'checkpoint_0000_{at:06d}.pt', weights_only=True)['callbacks']['LossSpikeCB'] for d in (tmp_path/'a', tmp_path/'c'))
+    assert 'snapshot' in big and big['snapshot']['start'] == [0, 8] and 'snapshot' not in little

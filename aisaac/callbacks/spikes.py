@@ -67,6 +67,7 @@ class LossSpikeCB(Callback):
                  snapshot_every:int=100, # 'rollback': keep the state of the last clean check in memory every this many steps (a multiple of `check_every`)
                  lr_factor:float=0.5, # 'rollback': each parameter group's learning rate is multiplied by this
                  max_rollbacks:int=3, # 'rollback': after this many, the next spike stops the fit
+                 snapshot_in_checkpoint:bool=True, # 'rollback': checkpoints hold the snapshot too (about twice the size), so a resumed run rolls back where the uninterrupted one would
                  skip=()): # batches not to train on, as `skipped` recorded them (`[[pass, batch], ...]`): a resume from before a spike skips them too
         if action not in ('skip', 'rollback', 'stop'): raise ValueError(f"`action` is 'skip', 'rollback' or 'stop' (got {action!r})")
         check_every = check_every or (1 if action == 'skip' else 25)
@@ -81,6 +82,7 @@ class LossSpikeCB(Callback):
         if not 0 < lr_factor <= 1: raise ValueError(f"`lr_factor` multiplies the learning rates after a rollback, in (0, 1] (got {lr_factor!r})")
         self.action, self.factor, self.window, self.warmup, self.max_grad_norm, self.grads = action, factor, window, warmup, max_grad_norm, grads
         self.check_every, self.snapshot_every, self.lr_factor, self.max_rollbacks = check_every, snapshot_every, lr_factor, max_rollbacks
+        self.snapshot_in_checkpoint = snapshot_in_checkpoint
         self.skipped, self.events = [list(map(int, b)) for b in skip], []  # the batches not trained on, and what happened (kept in the state)
         self.reason, self._in_fit = None, False
         self._reset()
@@ -103,8 +105,8 @@ class LossSpikeCB(Callback):
 
 
     def before_train(self, trainer):
-        "'rollback': the first good state is where the fit starts training (after a resume's load)"
-        if self.action == 'rollback' and self._snapshot is None: self._take_snapshot(trainer, (trainer.epoch, trainer.first_batch))
+        "'rollback': the first good state is where the fit starts training (after a resume's load), unless the checkpoint resumed holds one"
+        if self.action == 'rollback' and (self._snapshot is None or self._snap_due): self._take_snapshot(trainer, (trainer.epoch, trainer.first_batch))
 
     def after_loss(self, trainer):
         "Keep the largest training loss since the last step, on the device (no host sync)"
@@ -192,17 +194,23 @@ class LossSpikeCB(Callback):
         try_print(self.reason)
 
     def _take_snapshot(self, trainer, start):
-        "Keep the training state (`training_state`) and the first batch it has not trained on"
-        self._snapshot, self._snap_due = (training_state(trainer), start), False
+        "Keep the training state (`training_state`, with this callback's state but not its snapshot) and the first batch it has not trained on"
+        self._snap_due, self._taking = False, True
+        try: self._snapshot = training_state(trainer), start
+        finally: self._taking = False
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`
         "'rollback': after a training batch whose check was clean and due, take the snapshot"
         if at == 'batch' and self._snap_due: self._take_snapshot(trainer, (trainer.epoch, trainer.batch_num + 1))
 
     def state_dict(self):
-        "The running losses, the decisions not read yet, where this step's window started, and the record: `skipped` and `events`"
-        return {'losses': self.losses, 'seen': self.seen, 'peak': self._peak, 'from': None if self._from is None else list(self._from),
-                'pending': [[v, list(f), list(p), s] for v, f, p, s in self.pending], 'skipped': self.skipped, 'events': self.events}
+        "The running losses, the decisions not read yet, where this step's window started, the record (`skipped`, `events`) and, in a fit, the snapshot"
+        state = {'losses': self.losses, 'seen': self.seen, 'peak': self._peak, 'from': None if self._from is None else list(self._from),
+                 'pending': [[v, list(f), list(p), s] for v, f, p, s in self.pending], 'skipped': self.skipped, 'events': self.events,
+                 'snapshot_due': self._snap_due}
+        if self.snapshot_in_checkpoint and self._snapshot is not None and not getattr(self, '_taking', False):
+            state['snapshot'] = {'state': self._snapshot[0], 'start': list(self._snapshot[1])}  # (not inside a snapshot: no nesting)
+        return state
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "Go on from `state`; its record is added to this callback's (a rollback loads an older state: nothing recorded is lost)"
@@ -213,3 +221,5 @@ class LossSpikeCB(Callback):
         self.skipped = [list(b) for b in self.skipped]
         self.events += [e for e in state['events'] if e not in self.events]
         self._loaded = not getattr(self, '_in_fit', False)  # a state loaded before a fit is that fit's
+        self._snap_due = bool(state.get('snapshot_due', False))
+        if (s := state.get('snapshot')) is not None: self._snapshot = s['state'], tuple(s['start'])  # a resume's (a rollback loads a snapshot, which has none)
