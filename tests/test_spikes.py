@@ -164,6 +164,14 @@ def test_two_processes_roll_back_together_to_the_state_before_the_spike(tmp_path
         assert r['events'] == ['rollback'] and r['lr'] == 0.05 and r['back_to_snapshot']
     assert r0['weights'] == r1['weights'] and r0['steps'] == r1['steps']
 
+def test_two_processes_resume_between_the_spike_and_its_check_and_roll_back_as_the_uninterrupted_run(tmp_path):
+    "The checkpoint (rank 0's) holds the snapshot and the decisions not read yet: both processes resumed roll back to it and end as the uninterrupted run"
+    r0, r1 = launch(tmp_path, 'resume')
+    for r in (r0, r1):
+        assert r['events'] == ['rollback'] and r['back_to_snapshot']
+        assert r['resumed']['weights'] == r['weights'] and r['resumed']['skipped'] == [[0, 8, 0, 11]]
+    assert r0['weights'] == r1['weights']
+
 def test_a_rollback_in_a_run_of_steps_under_accumulation_then_an_exact_resume(tmp_path):
     "fit(steps=14) at 2 batches a step, with EMACB: the rollback keeps the run's step count, and a checkpoint written after it resumes exactly"
     def mk(d):
