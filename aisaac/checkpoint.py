@@ -339,8 +339,9 @@ class _FitTracker(Callback):
         if self.stream_at is None:
             trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
             return
-        (n, epoch_rng, rng, loader), self.stream_at = self.stream_at, None  # the checkpoint's place in the loader's epoch
+        (n, epoch_rng, rng, loader, at), self.stream_at = self.stream_at, None  # the checkpoint's place in the loader's epoch
         gens = loader_generators(trainer.dls)
+        if trainer.epoch != at: rng = rng_state(gens)  # a later pass: what ran since the checkpoint (its validation) drew as in the straight run
         set_rng_state(epoch_rng, gens)
         trainer._stream.it, trainer._stream.n, trainer._epoch_rng = resume_iter(trainer.dls.train, n, loader), n, epoch_rng
         set_rng_state(rng, gens)
@@ -367,7 +368,7 @@ class _FitTracker(Callback):
         state, self.state = self.state, None
         trainer.load_checkpoint(state)
         if trainer.steps is not None:  # the stream resumes where it was in the loader's epoch, when it starts its next one
-            if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'], own_loader_state(state.get('loader')))
+            if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'], own_loader_state(state.get('loader')), trainer.epoch)
             trainer._stream.it, trainer._epoch_rng = None, state['epoch_rng']
             trainer.first_batch = state['batch']
             return bool(state['batch'])

@@ -147,3 +147,20 @@ def test_speed_monitor_reports_tokens_per_second_for_batches_of_tokens():
     tps, sps = t.history.get_latest_metric('tokens_per_sec', 'batch'), t.history.get_latest_metric('samples_per_sec', 'batch')
     assert tps == pytest.approx(sps * 16)  # 16 tokens a sample
     assert t.history.get_latest_metric('epoch_tokens_per_sec') == pytest.approx(6 * 64 / t.history.get_latest_metric('train_time'))
+
+@pytest.mark.parametrize('at', [10, 15])
+def test_a_resume_at_the_end_of_an_interval_keeps_the_random_draws_of_its_validation(tmp_path, at):
+    "A checkpoint at step 10 (an interval's end, before its validation, whose `DataLoader` draws a seed from the global generator), or at 15 (inside one): the resumed run's dropout and data order are the straight run's"
+    from torch.utils.data import DataLoader, TensorDataset
+    from aisaac.data import DataLoaders
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(52, 4, generator=g); y = x.sum(1, keepdim=True)
+    def run(d, resume=None):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+        dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True), DataLoader(TensorDataset(x[:8], y[:8]), batch_size=4))
+        t = Trainer(dls, nn.MSELoss(), torch.optim.Adam, model, callbacks=[BasicTrainCB(), CheckpointCB(d, every_n_epochs=None, every='5 steps', keep_last=None)])
+        t.fit(steps=30, valid_every=10, lr=1e-2, resume_from=resume)
+        return torch.cat([p.detach().flatten() for p in t.model.parameters()])
+    straight = run(tmp_path/'a')
+    assert torch.equal(run(tmp_path/'b', tmp_path/'a'/f'checkpoint_step_{at:06d}.pt'), straight)
