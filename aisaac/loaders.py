@@ -35,14 +35,14 @@ def skip_batches(dl, # a loader: any iterable of batches
     "An iterator over `dl` that starts after its first `n` batches"
     return _skip(dl, iter(dl), n)
 
+def _too_short(i, n): return ValueError(f"The loader has {i} batches, but the checkpoint had trained {n} of this epoch: resume with the same data and batch size")
+
 def _skip(dl, it, n):
     "`it`, an iterator of `dl` just made, after its first `n` batches"
     by_index = _skips_indices(dl, it)
     for i in range(n):
         try: it._next_index() if by_index else next(it)
-        except StopIteration:
-            raise ValueError(f"The loader has {i} batches, but the checkpoint had trained {n} of this epoch: "
-                             f"resume with the same data and batch size") from None
+        except StopIteration: raise _too_short(i, n) from None
     if by_index: it._num_yielded += n
     return it
 
@@ -70,6 +70,11 @@ def load_loader_state(dl, # a loader
     "Give `dl` back the place in its epoch that `state` holds: its next pass starts there"
     if state_part(dl) != state['part']:
         raise ValueError(f"The loader state is its {state['part']}'s, and this loader's state is {state_part(dl) or 'nothing'}'s: build the loader as it was")
+    s, have = state['state'], getattr(dl, 'num_workers', None)
+    saved = (s['_snapshot']['_main_snapshot'].get('_num_workers') if '_snapshot' in s else 0 if '_num_yielded' in s else None) if isinstance(s, dict) else None
+    if None not in (saved, have) and saved != have:  # (torchdata's `StatefulDataLoader`: a state is its workers')
+        raise ValueError(f"The loader state was saved with {saved} workers, and this loader has {have}: its state cannot be given to another "
+                         f"number of workers; build the loader with `num_workers={saved}` to resume")
     _part(dl, state['part']).load_state_dict(state['state'])
 
 # %% ../nbs/25_loaders.ipynb #bd99bbf3
@@ -152,6 +157,9 @@ def resume_iter(dl, # the training loader
                 state=None): # this process's `loader_state` at the checkpoint, or `None`
     "An iterator over `dl` from its batch `n` on: its `state` put back (at once) when it fits `dl`, else the first `n` batches replayed"
     if n and state is not None and state.get('part') == state_part(dl):
+        try: total = len(dl)
+        except TypeError: total = n  # (an iterable dataset without a length: nothing to compare)
+        if n > total: raise _too_short(total, n)
         load_loader_state(dl, state)
         return iter(dl)
     it = iter(dl)

@@ -154,3 +154,29 @@ def test_a_stateful_dataloader_over_a_distributed_sampler_resumes_in_its_epochs_
     assert batches[:12] != batches[12:]  # each epoch its own order
     assert resumed == batches[17:] and int(ds.fetched.sum()) == (12 - 5) * BS
     for a, b in zip(w, rw): torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+@pytest.mark.parametrize('kind', ['stateful', 'tensor'])
+def test_a_loader_shorter_than_the_checkpoints_place_is_named_as_the_replay_names_it(tmp_path, kind):
+    "The data shrank to 4 batches an epoch and the checkpoint had trained 5: the error the replay gives, not torchdata's bare `StopIteration` (stateful), nor the rest of the epoch skipped without a word (tensor)"
+    def make(n=N):
+        if kind == 'stateful': return stateful_loader(0)
+        ds = Rows()
+        return TensorLoader(ds.x[:n], ds.y[:n], bs=BS, shuffle=True), ds
+    t, _, _ = trainer(make, CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
+    t.fit(2, lr=0.1, valid=False)
+    def short():
+        if kind == 'tensor': return make(4 * BS)
+        dl, ds = stateful_loader(0)
+        return type(dl)(torch.utils.data.Subset(ds, range(4 * BS)), batch_size=BS, shuffle=True), ds
+    r, _, _ = trainer(short)
+    with pytest.raises(ValueError, match='The loader has 4 batches, but the checkpoint had trained 5 of this epoch: resume with the same data and batch size'):
+        r.fit(2, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
+
+def test_a_stateful_dataloader_resumed_with_another_number_of_workers_is_told_the_number(tmp_path):
+    "torchdata cannot give a state to another number of workers (a bare `AssertionError` from inside it): the error names the number to build the loader with"
+    t, _, _ = trainer(stateful_loader, CheckpointCB(tmp_path, every_n_epochs=None, every_n_batches=1, keep_last=None))
+    t.fit(1, lr=0.1, valid=False)
+    for workers in (0, 1):
+        r, _, _ = trainer(lambda: stateful_loader(workers))
+        with pytest.raises(ValueError, match=f'The loader state was saved with 2 workers, and this loader has {workers}: .* `num_workers=2` to resume'):
+            r.fit(1, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0000_000005.pt')
