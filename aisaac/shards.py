@@ -163,22 +163,29 @@ class ShardLoader:
         self.generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())) if seed is None else seed)
         self._batches, self._loaded = 0, None
         if len(self) == 0:
-            raise ValueError(f"The shards hold {len(shards):,} tokens, fewer than {'a batch' if shuffle or self.world > 1 else 'a block'} of "
-                             f"{bs if shuffle or self.world > 1 else 1} block(s) of {self.span} per process: give more text, or a smaller `bs` or `block_size`")
+            raise ValueError(f"The shards hold {len(shards):,} tokens, fewer than {'a batch' if shuffle else 'a block'} of "
+                             f"{bs if shuffle else 1} block(s) of {self.span} per process: give more text, or a smaller `bs` or `block_size`")
 
     @property
     def batch_size(self): "Blocks per batch, as torch's `DataLoader` names it"; return self.bs
     def __len__(self):
-        if self.shuffle or self.world > 1: return self.blocks // (self.bs * self.world)
-        return -(-self.blocks // self.bs)
+        if self.shuffle: return self.blocks // (self.bs * self.world)
+        share = -(-self.blocks // self.world)  # consecutive windows: the largest process's share of the blocks, `bs` a batch...
+        return min(-(-share // self.bs), self.blocks // self.world)  # ...the same number on every process, none empty
+
+    def _window(self, k):
+        "Consecutive windows: the first block of batch `k` and its blocks; on several processes each takes its share of the corpus in turn, in as many batches"
+        if self.world == 1: return k * self.bs, min(self.bs, self.blocks - k * self.bs)
+        q, r = divmod(self.blocks, self.world)
+        a, b = divmod(q + (self.rank < r), len(self))  # this process's blocks, spread over the batches (at most `bs` each)
+        return self.rank * q + min(self.rank, r) + k * a + min(k, b), a + (k < b)
 
     def _batch(self, k):
         "The ids of batch `k`, `(blocks, block_size + 1)`"
         if self.shuffle:
             starts = torch.randint(len(self.shards) - self.span + 1, (self.bs * self.world,), generator=self.generator)
             return np.stack([self.shards.read(int(s), self.span) for s in starts[self.rank * self.bs:][:self.bs]])
-        first = (k * self.world + self.rank) * self.bs
-        n = min(self.bs, self.blocks - first)
+        first, n = self._window(k)
         return self.shards.read(first * self.span, n * self.span).reshape(n, self.span)
 
     def __iter__(self):

@@ -134,3 +134,16 @@ def test_on_2_processes_each_loader_resumes_from_its_own_state(tmp_path, case):
     if case == 'stream':
         assert results[0]['whole'][0][0] == 0 and results[1]['whole'][0][0] == 1000  # each process its own rows
         assert [r['read'] for r in results] == [48 - 3 * 4] * 2  # from its own place: none of the rows trained before
+
+@pytest.mark.parametrize('world', [2, 3])
+@pytest.mark.parametrize('bs', [1, 4, 32])
+def test_consecutive_windows_on_several_processes_give_every_block_once_in_as_many_batches(tmp_path, world, bs):
+    "A validation pass on `world` processes: every block exactly once (before: 96 of 100 blocks on 2 processes, the last ones dropped), the same number of batches on each process (a sharded model's forward is collective), none empty, at most `bs` blocks (2 when `bs` is 1)"
+    write_token_shards([np.arange(103 * 10)], tmp_path/'c', vocab_size=2000, shard_tokens=300)  # 103 blocks of 10 ids, each starting at its own id
+    sh = TokenShards(tmp_path/'c')
+    loaders = [ShardLoader(sh, block_size=9, bs=bs, rank=r, world=world) for r in range(world)]
+    batches = [[b[0] for b in dl] for dl in loaders]
+    starts = sorted(int(x) for bs_ in batches for b in bs_ for x in b[:, 0])
+    assert starts == list(range(0, 1030, 10))
+    assert len({len(b) for b in batches}) == 1 and len(batches[0]) == len(loaders[0])
+    assert all(0 < len(b) <= max(bs, 2) for bs_ in batches for b in bs_)
