@@ -1,5 +1,5 @@
 "LossSpikeCB: a spike is skipped (no step, no scheduler or average moving), a rollback restores the state before it with lower rates, a stop ends the fit; its record resumes; 2 processes agree."
-import functools, types
+import functools, math, types
 from pathlib import Path
 import pytest
 import torch
@@ -204,3 +204,20 @@ def test_a_resume_rolls_back_to_the_snapshot_the_uninterrupted_run_had(tmp_path,
     small.fit(1, lr=0.05, valid=False)
     big, little = (torch.load(d/f'checkpoint_0000_{at:06d}.pt', weights_only=True)['callbacks']['LossSpikeCB'] for d in (tmp_path/'a', tmp_path/'c'))
     assert 'snapshot' in big and big['snapshot']['start'] == [0, 8] and 'snapshot' not in little
+
+def test_a_rollback_lowers_a_sequential_schedule_inside_and_a_plateau_schedule_without_base_rates():
+    "Warm-up then cosine as torch writes it (`SequentialLR`): every later step's rate is the schedule's x0.5, after its milestone too; `ReduceLROnPlateau` (no `base_lrs`) is rolled back too (before: an `AttributeError` in the rollback)"
+    from torch.optim.lr_scheduler import SequentialLR, LinearLR, CosineAnnealingLR, ReduceLROnPlateau
+    from aisaac.callbacks.schedule import PlateauSchedulerCB
+    from aisaac.callbacks.metrics import MetricsCB
+    sched = lambda opt: SequentialLR(opt, [LinearLR(opt, 0.1, 1.0, total_iters=8), CosineAnnealingLR(opt, T_max=16)], milestones=[8])
+    def run(*cbs):
+        w = Watch()
+        make(BatchSchedulerCB(sched), LossSpikeCB(check_every=1, snapshot_every=1, warmup=3, grads=False), *cbs, w).fit(1, lr=0.05, valid=False)
+        return w.lrs
+    straight, spiked = run(), run(Spike(5))
+    assert len(spiked) == len(straight) - 1  # the spike's step undone
+    for step, lr in enumerate(spiked[5:], 5): assert math.isclose(lr, 0.5 * straight[step], rel_tol=1e-6), (step, lr, straight[step])
+    t = make(MetricsCB(show=False), PlateauSchedulerCB(patience=100), LossSpikeCB(check_every=1, snapshot_every=1, warmup=3), Spike(10))
+    t.fit(1, lr=0.05)
+    assert [e['action'] for e in t.LossSpikeCB.events] == ['rollback'] and t.opt.param_groups[0]['lr'] == 0.025

@@ -30,9 +30,15 @@ def scale_lr(trainer, # a trainer with its optimizer
             elif isinstance(v, (int, float)) and not isinstance(v, bool): g[k] = v * factor
     for cb in trainer.cbs:  # the schedulers the callbacks hold (`BatchSchedulerCB.scheduler`): they compute from `base_lrs`
         for s in vars(cb).values():
-            if isinstance(s, torch.optim.lr_scheduler.LRScheduler) and s.optimizer is trainer.opt:
-                s.base_lrs = [b * factor for b in s.base_lrs]
-                if hasattr(s, '_last_lr'): s._last_lr = [g['lr'] for g in trainer.opt.param_groups]
+            if isinstance(s, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)) and s.optimizer is trainer.opt:
+                for s in _inside(s):  # (`SequentialLR` and `ChainedScheduler` hold others, which compute from their own; `ReduceLROnPlateau` has none)
+                    if hasattr(s, 'base_lrs'): s.base_lrs = [b * factor for b in s.base_lrs]
+                    if hasattr(s, '_last_lr'): s._last_lr = [g['lr'] for g in trainer.opt.param_groups]
+
+def _inside(s):
+    "The scheduler `s` and those it holds, at any depth"
+    yield s
+    for inner in getattr(s, '_schedulers', ()): yield from _inside(inner)
 
 def training_state(trainer): # a trainer in its training pass, between two batches or before a step
     "A copy, on the CPU, of all a checkpoint holds (`checkpoint_state`): what `roll_back` puts back; the loop's place in it is left out"
