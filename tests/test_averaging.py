@@ -144,3 +144,19 @@ def test_averaging_a_sharded_model_is_refused():
     fsdp.before_fit = lambda t: None  # (no process group here: only the refusal is tested)
     t = make_trainer([EMACB(0.9), fsdp])
     with pytest.raises(TypeError, match='FSDPCB shards them'): t.fit(1)
+
+@pytest.mark.parametrize('cls', ['ema', 'swa'])
+def test_a_fraction_of_a_second_fit_counts_from_where_that_fit_started_also_resumed(tmp_path, cls):
+    "`start=0.75` in a second fit of a trainer (its clock at 12): averaging from step 12 + 9; resumed in a fresh trainer from a checkpoint of that fit (step 16), the same (before: from step 0 + 9 of the fresh trainer's clock, so 8 and 2 averages where the uninterrupted run had 4 and 1)"
+    make_cb = lambda: EMACB(decay=0.9, start=0.75) if cls == 'ema' else SWACB(start=0.75)
+    def second(t, d, **kw):
+        t.fit(3, lr=0.1, valid=False, callbacks=[cb := make_cb(), CheckpointCB(d, keep_last=None)], **kw)
+        return cb
+    first = lambda: (t := make_trainer(n_train=(3,) * 4), t.fit(3, lr=0.1, valid=False))[0]  # 12 steps
+    cb = second(first(), tmp_path/'a')
+    assert cb.n_averaged == (4 if cls == 'ema' else 1)  # steps 21 to 24 / the end of the pass at step 24
+    again = make_trainer(n_train=(3,) * 4)
+    cb2 = second(again, tmp_path/'b', resume_from=tmp_path/'a'/'checkpoint_0001_000000.pt')
+    assert cb2.n_averaged == cb.n_averaged
+    a, b = cb.averaged_state(), cb2.averaged_state()
+    for k in a: assert torch.equal(a[k], b[k]), k

@@ -26,8 +26,8 @@ def _weights(model):
     return [k for k, _ in named], [t for _, t in named]
 
 def _start(start, trainer):
-    "The optimizer step of the run's clock at which averaging starts: `start` steps, or a fraction (below 1) of this fit's steps from where the clock is"
-    if isinstance(start, float) and 0 < start < 1: return trainer.clock.step + round(start * trainer.planned_steps())
+    "The optimizer step of the run's clock at which averaging starts: `start` steps, or a fraction (below 1) of this fit's steps from where the fit started (a resumed fit: the one it continues)"
+    if isinstance(start, float) and 0 < start < 1: return trainer.clock.fit_start_step + round(start * trainer.planned_steps())
     return Every(start).n if isinstance(start, str) else start
 
 def _check_start(start):
@@ -53,7 +53,12 @@ class WeightAveragingCB(Callback):
         if is_sharded(trainer.model) or any(isinstance(cb, FSDPCB) for cb in trainer.cbs):
             raise TypeError(f"{type(self).__name__} keeps a whole copy of the weights and reads them whole, and FSDPCB shards them across the "
                             f"processes: average a model that is not sharded (plain, or DistributedDataParallel), or leave {type(self).__name__} out")
-        self._live, self.swapped, self._first = None, False, _start(self.start, trainer)
+        self._live, self.swapped, self._start_at = None, False, None
+
+    def _first(self, trainer):
+        "The step averaging starts at, found at the first step (after a resume's load, which puts back where the fit started)"
+        if self._start_at is None: self._start_at = _start(self.start, trainer)
+        return self._start_at
 
     def _tensors(self, trainer):
         "The model's weights (a list, made once a fit), and their names"
@@ -62,7 +67,7 @@ class WeightAveragingCB(Callback):
 
     def after_step(self, trainer):
         "Average the weights when this applied step is due: from step `start` on, every `every` steps"
-        if (s := trainer.clock.step) >= self._first and (s - self._first) % self.every == 0:
+        if (s := trainer.clock.step) >= (first := self._first(trainer)) and (s - first) % self.every == 0:
             self.update(trainer, self._tensors(trainer))
             self.n_averaged += 1
 
@@ -195,7 +200,7 @@ class SWACB(WeightAveragingCB):
 
     def after_train(self, trainer):
         "Without `every`: average at the end of each training pass, from step `start` on"
-        if self.per_pass and trainer.clock.step >= self._first:
+        if self.per_pass and trainer.clock.step >= self._first(trainer):
             self.update(trainer, self._tensors(trainer))
             self.n_averaged += 1
 
