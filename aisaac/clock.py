@@ -30,7 +30,7 @@ class Clock:
     def reset(self):
         "Start again from zero"
         self.epoch = self.step = self.micro_step = self.samples = self.tokens = 0
-        self.batches_per_step, self.fit_start_step, self._seconds, self._since = 1, 0, 0., None
+        self.batches_per_step, self.fit_start_step, self.fit_start_epoch, self._seconds, self._since = 1, 0, 0, 0., None
 
     @property
     def seconds(self): "Seconds spent fitting, this fit included"; return self._seconds + (time.monotonic() - self._since if self._since is not None else 0.)
@@ -61,13 +61,15 @@ class Clock:
 
     def state_dict(self):
         "The counts, for checkpoints"
-        return {u: self[u] for u in self.units} | {'batches_per_step': self.batches_per_step, 'fit_start_step': self.fit_start_step}
+        return {u: self[u] for u in self.units} | {'batches_per_step': self.batches_per_step, 'fit_start_step': self.fit_start_step,
+                                                   'fit_start_epoch': self.fit_start_epoch}
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "Set the counts to those of `state` (the seconds go on from there if a fit is running)"
         running = self._since is not None
         for u in self.units[:-1]: setattr(self, u, int(state[u]))
         self.batches_per_step, self.fit_start_step = int(state.get('batches_per_step', 1)), int(state.get('fit_start_step', 0))
+        self.fit_start_epoch = int(state.get('fit_start_epoch', 0))
         self._seconds, self._since = float(state['seconds']), (time.monotonic() if running else None)
 
     def __repr__(self): return 'Clock(' + ', '.join(f'{u}={self[u]:.1f}' if u == 'seconds' else f'{u}={self[u]}' for u in self.units) + ')'

@@ -66,7 +66,7 @@ class StepRuns:
         self.clock.batches_per_step = 1  # a fit takes a step per batch unless a callback says otherwise in `before_fit` (`GradAccumCB`)
         self.valid_every = None if steps is None else steps if valid_every is None else int(Every(valid_every).n)
         super().start_fit(**args)
-        self.clock.fit_start_step = self.clock.step  # (a resumed fit puts back the one of the fit it continues)
+        self.clock.fit_start_step, self.clock.fit_start_epoch = self.clock.step, self.clock.epoch  # (a resumed fit puts back the fit's it continues)
         if steps is not None:
             self.n_epochs = math.ceil(steps / self.valid_every)  # each turn of the loop validates after `valid_every` steps
             self.epochs, self._stream = range(self.n_epochs), LoaderStream(lambda: self.dls.train, self.clock, self._new_data_epoch)

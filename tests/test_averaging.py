@@ -156,7 +156,7 @@ def test_a_fraction_of_a_second_fit_counts_from_where_that_fit_started_also_resu
     cb = second(first(), tmp_path/'a')
     assert cb.n_averaged == (4 if cls == 'ema' else 1)  # steps 21 to 24 / the end of the pass at step 24
     again = make_trainer(n_train=(3,) * 4)
-    cb2 = second(again, tmp_path/'b', resume_from=tmp_path/'a'/'checkpoint_0001_000000.pt')
+    cb2 = second(again, tmp_path/'b', resume_from=tmp_path/'a'/'checkpoint_0004_000000.pt')  # (the second fit's first epoch: numbered after the first fit's 3)
     assert cb2.n_averaged == cb.n_averaged
     a, b = cb.averaged_state(), cb2.averaged_state()
     for k in a: assert torch.equal(a[k], b[k]), k

@@ -392,3 +392,19 @@ def test_a_plain_state_is_not_tried_and_anything_else_is():
     for bad in ({'f': lambda: 0}, [object()], collections.defaultdict(list)):
         assert not _plain(bad)
         with pytest.raises(CheckpointError, match='The state of it cannot go in a checkpoint'): _loads_back('it', bad)
+
+def test_a_second_fit_numbers_its_checkpoints_after_the_first_and_resumes_its_own(tmp_path):
+    "Two fits of one trainer, one `CheckpointCB(keep_last=None)`: 4 files, none overwritten (before: the second fit's replaced the first's, same names); the second fit's resumes it exactly"
+    from tiny import make_trainer
+    ckpt = CheckpointCB(tmp_path, keep_last=None)
+    t = make_trainer([ckpt], n_train=(3,) * 4)
+    t.fit(2, lr=0.1)
+    t.fit(2, lr=0.1)
+    names = [p.name for p in checkpoints(tmp_path)]
+    assert names == [f'checkpoint_{e:04d}_000000.pt' for e in (1, 2, 3, 4)], names
+    steps = [torch.load(tmp_path/n, weights_only=True)['clock']['step'] for n in names]
+    assert steps == [4, 8, 12, 16]
+    again = make_trainer([CheckpointCB(tmp_path/'b', keep_last=None)], n_train=(3,) * 4)
+    again.fit(2, lr=0.1, resume_from=tmp_path/'checkpoint_0003_000000.pt')
+    for k, v in t.model.state_dict().items(): assert torch.equal(v, again.model.state_dict()[k]), k
+    assert [p.name for p in checkpoints(tmp_path/'b')] == ['checkpoint_0004_000000.pt']  # named as the run it continues

@@ -30,6 +30,7 @@ _ckpt_name = re.compile(r'checkpoint_(\d+_\d+|step_\d+(_batch_\d+)?)(\.pt)?')  #
 def _file_name(trainer):
     "The name of a checkpoint `trainer` writes now: by the global optimizer step in a run measured in steps, else by the point it resumes at"
     epoch, batch = trainer.resume_point()  # (an error where there is no exact resume point)
+    epoch += getattr(getattr(trainer, 'clock', None), 'fit_start_epoch', 0)  # a later fit of the trainer numbers its epochs after the earlier fits'
     name = f'checkpoint_step_{trainer.clock.step:06d}' if trainer.steps is not None else f'checkpoint_{epoch:04d}_{batch:06d}'
     if trainer.steps is not None and not getattr(trainer, 'sync_gradients', True): name += f'_batch_{trainer.clock.micro_step:06d}'  # inside a window
     return name + getattr(trainer.checkpoint_engine, 'suffix', '.pt')  # ('.pt', a file; '', a sharded checkpoint's folder)
