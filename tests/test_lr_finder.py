@@ -153,3 +153,16 @@ def test_miniai_and_aisaac_arguments():
     assert LRFinderCB(gamma=1.1).lr_mult == 1.1 and LRFinderCB(1.2).lr_mult == 1.2 and LRFinderCB().lr_mult == 1.3
     with pytest.raises(ValueError, match='lr_mult must be > 1'): LRFinderCB(lr_mult=1)
     with pytest.raises(ValueError, match='max_mult must be > 1'): LRFinderCB(max_mult=0.5)
+
+def test_under_gradient_accumulation_a_point_is_an_applied_step():
+    "With `GradAccumCB(2)` a point is an optimizer step: its rate (grown by gamma per step, as Lightning's finder does), the mean loss of its window (before: a point per batch, the rate grown in the middle of a window, half the points without a step)"
+    from aisaac.callbacks.gradients import GradAccumCB
+    class Losses(Callback):
+        during_lr_find = True
+        def __init__(self): self.losses = []
+        def after_loss(self, t): self.losses.append(t.loss.item())
+    t = make()
+    t.add_callbacks([GradAccumCB(2), seen := Losses()])
+    f = t.lr_find(start_lr=1e-4, gamma=1.5, max_epochs=1, max_mult=1e9, plot=False)
+    assert len(f.lrs) == 8 // 2 and f.lrs == pytest.approx([1e-4 * 1.5 ** i for i in range(4)])
+    assert f.losses == pytest.approx([(a + b) / 2 for a, b in zip(seen.losses[::2], seen.losses[1::2])])

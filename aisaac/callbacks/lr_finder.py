@@ -83,15 +83,17 @@ class LRFinderCB(Callback):
     def before_fit(self, trainer):
         "Start the exponential schedule at the fit's LR"
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(trainer.opt, gamma=self.lr_mult)
-        self.lrs, self.losses, self.min = [], [], math.inf
+        self.lrs, self.losses, self.min, self._window = [], [], math.inf, []
 
     def before_validate(self, trainer):
         "Skip validation: the sweep uses training batches only"
         raise CancelEpochException()
 
     def after_batch(self, trainer):
-        "Record the batch's LR and loss (read on the host: one sync per batch; in a distributed fit the processes' mean); stop if the loss exploded, else grow the LR"
+        "Record the batch's LR and loss (read on the host: one sync per batch; in a distributed fit the processes' mean); stop if the loss exploded, else grow the LR. Under gradient accumulation a point is an optimizer step: the mean loss of its window"
         loss = trainer.loss.detach().float().item()
+        if not getattr(trainer, 'sync_gradients', True): return self._window.append(loss)  # (`GradAccumCB`: no step after this batch)
+        if self._window: loss, self._window = (sum(self._window) + loss) / (len(self._window) + 1), []
         if (world := _world_size()) > 1: loss = _across('sum', loss)[0] / world  # every process the same curve: the same stop, the same suggestion
         self.lrs.append(max(g['lr'] for g in trainer.opt.param_groups)); self.losses.append(loss)  # (with `lr=slice(...)`: the last group's)
         if not math.isfinite(loss) or loss > self.max_mult * self.min: raise CancelFitException()
