@@ -286,3 +286,18 @@ def test_each_evaluation_set_has_its_own_metrics_on_the_models_device_reset_each
     h = t.history
     assert h.get_metric_values('acc') == h.get_metric_values('a/acc') == h.get_metric_values('b/acc') and len(set(h.get_metric_values('acc'))) == 1
     assert all(m.device == torch.device('cpu') for m in m.set_metrics['a'].values())
+
+def test_a_batch_with_several_targets_weighs_its_loss_by_its_samples():
+    "Multi-task batches `(x, (y_cls, y_reg))`: the epoch's loss is the mean over the 68 samples (before: each batch counted 2, the length of the tuple, so the last batch of 4 weighed as much as one of 32: 4.466747 where the mean is 4.321424)"
+    g = torch.Generator().manual_seed(0)
+    x, yc, yr = torch.randn(68, 4, generator=g), torch.randint(0, 3, (68,), generator=g), torch.randn(68, 1, generator=g)
+    batches = [(x[i:i + 32], (yc[i:i + 32], yr[i:i + 32])) for i in range(0, 68, 32)]  # 32, 32, 4
+    class Two(nn.Module):
+        def __init__(self): super().__init__(); self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 1)
+        def forward(self, x): return self.a(x), self.b(x)
+    loss = lambda p, y: nn.functional.cross_entropy(p[0], y[0]) + 10 * nn.functional.mse_loss(p[1], y[1])
+    torch.manual_seed(0)
+    t = Trainer(SimpleNamespace(train=batches, valid=batches), loss, torch.optim.SGD, Two(), callbacks=[BasicTrainCB(), MetricsCB(show=False)])
+    t.fit(1, train=False)
+    with torch.no_grad(): expected = (nn.functional.cross_entropy(t.model.a(x), yc) + 10 * nn.functional.mse_loss(t.model.b(x), yr)).item()
+    assert t.history.get_latest_metric('valid_loss') == pytest.approx(expected, rel=1e-6)

@@ -177,6 +177,9 @@ def count_items(targets, # a batch's targets, as the loss function gets them
                 shifted:bool=False): # the model predicts a row's labels from the second on (`shifts_labels`)
     "The items a mean loss over `targets` averages: a batch of sequences (integer targets with a time axis) counts its tokens not -100, on the device (each row's first left out when `shifted`); any other its samples"
     if getattr(targets, 'ndim', 1) > 1 and not targets.is_floating_point(): return ((targets[..., 1:] if shifted else targets) != -100).sum()
+    if isinstance(targets, (tuple, list, dict)):  # several targets (a multi-task batch `(x, (y_cls, y_reg))`): the samples of the first tensor
+        first = next((t for t in (targets.values() if isinstance(targets, dict) else targets) if isinstance(t, torch.Tensor) and t.ndim), None)
+        if first is not None: return len(first)
     return len(targets)
 
 @patch
