@@ -20,6 +20,7 @@ _pers = ('epoch', 'batch')
 
 class RunHistory:
     "The numbers of a run by name: a series of (step, value) per metric, per epoch or per batch"
+    loads, loaded = 0, {}  # how many times a state was loaded, and the marks of the per-epoch series it brought (`MetricWatch`)
     def __init__(self): self.reset()
 
     def reset(self):
@@ -134,12 +135,17 @@ class MetricWatch:
 
     def start(self, history:RunHistory): # the run's history, at the start of a fit
         "Note the values already there: only new ones count"
-        self.seen = self._mark(history)
+        self.seen, self.loads = self._mark(history), history.loads
+
+    def _since_load(self, history):
+        "A history loaded since the mark (a resume, a rollback): the values it was loaded with are the ones there already"
+        if history.loads != getattr(self, 'loads', history.loads): self.seen, self.loads = history.loaded.get(self.name, (0, None)), history.loads
 
     def latest(self, history:RunHistory, # the run's history, at the end of an epoch
                epoch:int, # the epoch that ended, for the error message
                required:bool=True): # raise when there is no new value; else return `None`
         "The value recorded since the last call; an error naming the recorded metrics if there is none"
+        self._since_load(history)
         if (mark := self._mark(history)) == self.seen:
             if not required: return None
             raise ValueError(f"{self.who} watches {self.name!r}, which was not recorded in trainer.history in epoch {epoch}. "
@@ -164,3 +170,5 @@ def load_state_dict(self:RunHistory, state:dict): # from `state_dict`
     self.reset()
     for p, t in state.items():
         for n, s in t.items(): self._series[p][n] = (list(s['steps']), list(s['values']))
+    self.loads += 1  # (`MetricWatch` reads it: the values loaded are not new ones)
+    self.loaded = {n: (len(s['steps']), s['steps'][-1] if s['steps'] else None) for n, s in state.get('epoch', {}).items()}

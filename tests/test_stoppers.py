@@ -146,3 +146,35 @@ def test_a_threshold_stopper_watching_an_evaluation_set_in_a_run_of_steps():
     assert steps == [4, 8, 12, 16, 20] and values[2] < values[1] < values[0]
     t = fit(stop := ThresholdStopperCB('b/valid_loss', values[1]))
     assert t.history.get_metric_steps('b/valid_loss') == [4, 8] and t.clock.step == 8 and stop.reason.endswith('the fit stops after step 8')
+
+def _interrupted(tmp_path, *watchers):
+    "A fit of 5 epochs (checkpoints every 2) interrupted in epoch 3, after epochs 0 to 2 were recorded, with `watchers`"
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    class Boom(Callback):
+        n, armed = 0, True
+        def after_batch(self, t):
+            if t.model.training and self.armed:
+                self.n += 1
+                if self.n == 11: self.armed = False; raise KeyboardInterrupt
+    t = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path/'ck', every_n_epochs=2), *watchers, Boom()], n_train=(8,) * 3)
+    with pytest.raises(KeyboardInterrupt): t.fit(5, lr=0.1)
+    return t, last_checkpoint(tmp_path/'ck')
+
+def test_a_resume_on_the_same_trainer_from_before_its_last_epochs_watches_the_history_it_loaded(tmp_path):
+    "The notebook's way: the fit stopped, `trainer.fit(5, resume_from=last_checkpoint(dir))` on the same trainer, whose history is longer than the checkpoint's: the resumed epochs' values are new ones (before: 'valid_loss ... was not recorded in epoch 2')"
+    from aisaac.callbacks.savers import SaveBestModelCB
+    t, ckpt = _interrupted(tmp_path, EarlyStoppingCB(patience=3), SaveBestModelCB(tmp_path/'best.pt'))
+    assert ckpt.name == 'checkpoint_0002_000000.pt' and t.history.get_metric_steps('valid_loss') == [0, 1, 2]
+    t.fit(5, lr=0.1, resume_from=ckpt)
+    assert t.history.get_metric_steps('valid_loss') == [0, 1, 2, 3, 4]
+
+def test_early_stopping_state_resumed_is_that_fits_only(tmp_path):
+    "`fit(4)` resumed, then `fit(4)`: the second fit starts from no best value, as it would after a fit not resumed (before: the resumed state's `wait` carried over, and the second fit stopped after 2 epochs)"
+    from aisaac.callbacks.savers import CheckpointCB
+    def run(resume):
+        es = EarlyStoppingCB(patience=3, threshold=10.)  # (nothing improves by 10: it waits, and stops after 3 epochs)
+        t = make_trainer([MetricsCB(show=False), es, CheckpointCB(tmp_path/('b' if resume else 'a'), keep_last=None)], n_train=(8,) * 3)
+        t.fit(2, lr=0.1, resume_from=tmp_path/'a'/'checkpoint_0001_000000.pt' if resume else None)
+        t.fit(4, lr=0.1)
+        return len(t.history.get_metric_steps('valid_loss')), es.wait
+    assert run(False) == run(True)

@@ -75,14 +75,18 @@ class EarlyStoppingCB(_MetricStopper):
             raise ValueError(f"patience must be a positive integer, the epochs without improvement to wait (got {patience!r}): e.g. patience=3")
         if not threshold >= 0: raise ValueError(f"threshold must be >= 0, the smallest improvement that counts (got {threshold!r})")
         super().__init__(watch_metric, greater_is_better)
-        self.patience, self.threshold, self.best, self.wait, self._loaded = patience, threshold, None, 0, False
+        self.patience, self.threshold, self.best, self.wait, self._loaded, self._in_fit = patience, threshold, None, 0, False, False
         self.best_epoch = self.best_step = None  # where the best value came: the epoch (`None` in a run measured in steps), the optimizer step
 
     def before_fit(self, trainer):
         "Start from no best value, unless a state was loaded for this fit"
         super().before_fit(trainer)
         if not self._loaded: self.best, self.best_epoch, self.best_step, self.wait = None, None, None, 0
-        self._loaded = False
+        self._loaded, self._in_fit = False, True
+
+    def cleanup_fit(self, trainer):
+        "The fit is over: a state loaded from now on is the next fit's"
+        self._in_fit = False
 
     def _should_stop(self, value, trainer):
         steps = _in_steps(trainer)
@@ -102,7 +106,8 @@ class EarlyStoppingCB(_MetricStopper):
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
         "Restore the best value, its epoch and step, and the epochs waited (loaded between fits: for the next fit); a state without `best_step` (an older aisaac's) loads too"
-        self.best, self.best_epoch, self.wait, self._loaded = state['best'], state['best_epoch'], state['wait'], True
+        self.best, self.best_epoch, self.wait = state['best'], state['best_epoch'], state['wait']
+        self._loaded = not self._in_fit  # (in a fit, a resume's load: that fit's only)
         self.best_step = state.get('best_step')
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #b0d61185
