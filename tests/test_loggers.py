@@ -383,3 +383,20 @@ def test_a_logger_that_fails_on_a_held_value_is_switched_off_once():
     assert [m['b'] for per, _, m, _, _ in f.got if per == 'batch'] == [0]
     assert [m['b'] for per, _, m, _, _ in g.got if per == 'batch'] == [0, 1, 2, 3]
 
+
+def test_a_value_logged_without_a_step_goes_with_its_epoch_in_every_logger(tmp_path, capsys):
+    "A callback's `trainer.log({'seen': epoch})` after `MetricsCB`'s row: in the CSV row, the JSON line and the printed line of that epoch (before: one epoch late, 1, 2, 3, and an extra row 3 without losses, as the CSV and JSON-lines loggers counted one step for every name)"
+    class Seen(Callback):
+        order = MetricsCB.order + 1
+        def after_epoch(self, t):
+            if not t.model.training: t.log({'seen': float(t.epoch)})
+    torch.manual_seed(0)
+    x = torch.randn(32, 4); y = (x[:, 0] > 0).long(); b = [(x[i:i + 16], y[i:i + 16]) for i in (0, 16)]
+    t = Trainer(SimpleNamespace(train=b, valid=b), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Linear(4, 2),
+                callbacks=[BasicTrainCB(), MetricsCB(show=False), Seen(), CSVLogger(tmp_path/'l.csv'), JSONLinesLogger(tmp_path/'l.jsonl'), ConsoleLogger()])
+    t.fit(3)
+    rows = list(csv.DictReader(open(tmp_path/'l.csv')))
+    assert [(r['epoch'], r['seen']) for r in rows] == [('0', '0.0'), ('1', '1.0'), ('2', '2.0')] and all(r['valid_loss'] for r in rows)
+    lines = [json.loads(l) for l in open(tmp_path/'l.jsonl')]
+    assert [(l['step'], l['seen']) for l in lines if 'seen' in l] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    assert [l for l in capsys.readouterr().out.splitlines() if 'seen' in l] == [f'epoch {e}: seen {e}' for e in range(3)]

@@ -36,6 +36,14 @@ class Logger(Callback):
         self._last[(per, name)] = step = last + 1 if step is None else int(step)
         return step
 
+    def row_step(self, metrics:dict, # {name: number}: values written together, in one row or line
+                 step:int, # the step they were logged with, or `None`
+                 per:str): # `'epoch'` or `'batch'`
+        "`step`, or one after the last step of any of the names in `metrics` when it is `None` (each its own count, as `step_of`: another callback's values do not move it)"
+        step = 1 + max((self._last.get((per, k), -1) for k in metrics), default=-1) if step is None else int(step)
+        for k in metrics: self._last[(per, k)] = step
+        return step
+
     def log(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
             step:int, # the epoch or batch the values belong to, or `None`
             per:str): # `'epoch'` or `'batch'`
@@ -121,7 +129,7 @@ class ConsoleLogger(Logger):
               per:str): # `'epoch'` or `'batch'`
         "Print `metrics` on one line, headed by the epoch (or batch) they belong to; in a run measured in steps, by the optimizer step the interval ends at"
         if per not in self._pers or not metrics: return
-        step, head = self.step_of('', step, per), 'step' if _per(trainer, per) == 'interval' else per
+        step, head = self.row_step(metrics, step, per), 'step' if _per(trainer, per) == 'interval' else per
         print(f'{head} {step}: ' + ' '.join(f'{k} {_fmt(v)}' for k, v in metrics.items()), file=self.file or sys.stdout, flush=True)
 
     def log_text(self, trainer, name:str, # what the text is
@@ -165,7 +173,7 @@ class CSVLogger(Logger):
               per:str): # `'epoch'` or `'batch'`
         "Add `metrics` to the row of `step`"
         if per not in self._pers: return
-        step = self.step_of('', step, per)
+        step = self.row_step(metrics, step, per)
         self.rows.setdefault(step, {}).update(metrics)
         self.names += [k for k in metrics if k not in self.names]
         self._dirty = True
@@ -241,8 +249,7 @@ class JSONLinesLogger(FileLogger):
               per:str): # `'epoch'` or `'batch'`
         "Write a line for `metrics`: `{\"per\": \"epoch\", \"step\": 0, ...}`; in a run measured in steps, `\"per\": \"interval\"` and the step it ends at"
         if per not in self._pers or self.file is None: return
-        if step is None: step = self.step_of('', step, per)
-        else: self._last[(per, '')] = step = int(step)  # (`step_of`, inlined for the common case: monitors log every batch)
+        step = self.row_step(metrics, step, per)
         line = {'per': _per(trainer, per), 'step': step}
         for k, v in metrics.items(): line[k] = v if type(v) is float and math.isfinite(v) else _json_value(v)  # floats without a call
         self.file.write(json.dumps(line) + '\n')

@@ -55,7 +55,7 @@ class ResultsFileCB(FileLogger):
               step:int, # the epoch or batch the values belong to, or `None`
               per:str): # `'epoch'` or `'batch'`
         "Keep the epoch's metrics until the epoch ends"
-        if per == 'epoch': self.epochs.setdefault(self.step_of('', step, per), {}).update(metrics)
+        if per == 'epoch': self.epochs.setdefault(self.row_step(metrics, step, per), {}).update(metrics)
 
     def cleanup_train(self, trainer):
         "After an epoch's last pass, write its line (after the pass's last values, a monitor's `after_train` ones too)"
