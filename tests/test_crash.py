@@ -297,6 +297,24 @@ def test_tensorboard_files_read_as_the_uninterrupted_runs(tmp_path):
     got, want = scalars(tmp_path/'tb'), scalars(tmp_path/'ref'/'tb')
     assert got == want and len(want['valid_loss']) == 3, (got, want)
 
+def test_tensorboard_with_its_default_folder_resumes_in_the_runs_folder(tmp_path, monkeypatch):
+    "`TensorBoardLogger()` (the folder `runs/<date>_<host>`), resumed in a new trainer a second later: one folder, read as the uninterrupted run's (before: a second folder from the resume on, and the first one not cut back, so the steps after the checkpoint were there twice)"
+    pytest.importorskip('tensorboard')
+    import time
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from aisaac.callbacks.trackers import TensorBoardLogger
+    def scalars(d):
+        ea = EventAccumulator(str(d)); ea.Reload()
+        return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
+    (tmp_path/'ref').mkdir(); monkeypatch.chdir(tmp_path/'ref')
+    fit(trainer(tmp_path/'ref', TensorBoardLogger()), tmp_path/'ref')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError): fit(trainer(tmp_path, TensorBoardLogger(), Crash(43)), tmp_path)
+    time.sleep(1.1)  # (the default folder is named by the second)
+    fit(trainer(tmp_path, TensorBoardLogger()), tmp_path, resume=True)
+    runs, ref = list((tmp_path/'runs').iterdir()), list((tmp_path/'ref'/'runs').iterdir())
+    assert len(runs) == 1 and scalars(runs[0]) == scalars(ref[0])
+
 def test_the_chaos_harness_on_two_processes(tmp_path):
     "bench/chaos.py --procs 2 --quick: torchrun, gloo, DDP; one process drawn at random is SIGKILLed twice; both restart from "
     "the newest checkpoint and end where the uninterrupted 2-process run ends"

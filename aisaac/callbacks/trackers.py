@@ -63,7 +63,7 @@ class TensorBoardLogger(Logger):
                  per:str='all'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         super().__init__(per)
         self._tb = _needs('torch.utils.tensorboard', 'tensorboard', 'TensorBoardLogger')
-        self.log_dir, self.writer = log_dir, None
+        self.log_dir, self.writer, self._chosen = log_dir, None, log_dir is None  # (the default: a resumed fit goes on in the run's folder)
 
     def before_fit(self, trainer):
         "Open a writer in `log_dir` (the same folder for every fit, and for the fit that resumes a checkpoint of the run)"
@@ -93,14 +93,17 @@ class TensorBoardLogger(Logger):
         if self.writer is not None: self.writer.add_text(name, text, self.step_of(name, step, 'text'))
 
     def state_dict(self):
-        "What a checkpoint keeps: the last step of each tag (the event files are cut back to them when a fit resumes)"
-        return self.shared_state()
+        "What a checkpoint keeps: the last step of each tag (the event files are cut back to them when a fit resumes), and the run's folder"
+        return self.shared_state() | {'log_dir': str(self.log_dir)}
 
     def load_state_dict(self, state:dict): # from `state_dict`
         "In a fit that resumes: rewrite the run's event files without what the interrupted run wrote after the checkpoint, then go on"
         self.load_shared_state(state)
         if self.writer is None: return  # not in a fit (`trainer.load_checkpoint` to look at a run): the files are left alone
         self.close()
+        if self._chosen and state.get('log_dir') and Path(state['log_dir']) != Path(self.log_dir):  # the default folder: the run's, not a new one
+            made, self.log_dir = Path(self.log_dir), state['log_dir']
+            if all(f.name.startswith('events.out.tfevents.') for f in made.iterdir()): shutil.rmtree(made)  # (the one this fit opened, empty)
         _cut_events(Path(self.log_dir), {_event_tag(name, per): step for (per, name), step in self._last.items()})
         self.writer = self._tb.SummaryWriter(self.log_dir)
 
