@@ -1,4 +1,5 @@
 "Stoppers: the epoch at which each triggers on scripted metric sequences, NaN losses caught before the step, errors for metrics never recorded, state."
+import math
 import pytest
 import torch
 from torch import nn
@@ -24,6 +25,7 @@ L = [1.0, 0.9, 0.95, 0.85, 0.86, 0.845, 0.7, 0.6, 0.5, 0.4]
     (dict(threshold=0.2), [1.0, 0.7, 0.6, 0.3, 0.2], 3),     # 0.6 is only 0.1 below 0.7
     (dict(watch_metric='acc', greater_is_better=True), [0.5, 0.6, 0.605, 0.9], 3),
     (dict(watch_metric='acc', greater_is_better=True, patience=2, threshold=0), [0.5, 0.5, 0.6, 0.6, 0.59, 0.9], 5),
+    (dict(patience=2), [math.nan, 1.0, 0.9, 0.8, 0.7], 8),   # a NaN first is no best: 1.0 is (before: nothing beat the NaN, and the fit stopped after epoch 2)
 ])
 def test_early_stopping_epoch(kw, values, expected):
     name = kw.get('watch_metric', 'valid_loss')

@@ -90,7 +90,7 @@ class EarlyStoppingCB(_MetricStopper):
 
     def _should_stop(self, value, trainer):
         steps = _in_steps(trainer)
-        if self.best is None or self._better(value, self.best, self.threshold):
+        if not math.isnan(value) and (self.best is None or self._better(value, self.best, self.threshold)):  # (a NaN is never the best)
             self.best, self.best_epoch, self.best_step, self.wait = value, None if steps else trainer.epoch, trainer.clock.step, 0
             return None
         self.wait += 1
@@ -98,7 +98,7 @@ class EarlyStoppingCB(_MetricStopper):
             unit, at = ('epoch', f'epoch {self.best_epoch}') if not steps or self.best_step is None else ('interval', f'step {self.best_step}')
             if (e := set_of(trainer, self.watch_metric)) is not None and e.period is not None: unit = 'evaluation'  # (of a set evaluated every so often)
             return (f"{self.watch_metric} has not improved by more than {self.threshold} for {self.wait} {unit}{'s' * (self.wait > 1)} "
-                    f"(best {self.best:.6g} at {at}, now {value:.6g})")
+                    f"(best {'none yet' if self.best is None else f'{self.best:.6g} at {at}'}, now {value:.6g})")
 
     def state_dict(self):
         "The best value, its epoch and step, and the epochs waited, for checkpoints"
