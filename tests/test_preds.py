@@ -79,3 +79,28 @@ def test_capture_preds_on_another_loader():
     assert torch.equal(targs, y2) and t.dls.valid is valid
     with pytest.raises(RuntimeError): t.capture_preds(dl=TensorLoader(torch.randn(4, 5), y2[:4], bs=2))  # the model takes 24 features
     assert t.dls.valid is valid
+
+def test_the_targets_captured_are_the_ones_the_loss_scores_whatever_the_batchs_shape():
+    "A batch `(x, y, w)` with a weighted loss (the rest of the batch are the targets): `y` is captured and the item losses weigh by `w` (before: `w` was captured as the target); a dict batch's target by its key (before: a bare `KeyError: -1`)"
+    from types import SimpleNamespace
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.interpret import ItemLossesCB
+    torch.manual_seed(0)
+    x, y, w = torch.randn(40, 3), torch.randint(0, 4, (40,)), torch.rand(40)
+    def wce(p, y, w): return (torch.nn.functional.cross_entropy(p, y, reduction='none') * w).mean()
+    b = [(x[i:i + 10], y[i:i + 10], w[i:i + 10]) for i in range(0, 40, 10)]
+    t = Trainer(SimpleNamespace(train=b, valid=b), wce, torch.optim.SGD, torch.nn.Linear(3, 4), callbacks=[BasicTrainCB()])
+    t.fit(1, lr=0.1)
+    preds, targs = t.capture_preds()
+    assert torch.equal(targs, y)
+    t.fit(1, train=False, callbacks=[items := ItemLossesCB()])
+    with torch.no_grad(): by_hand = torch.nn.functional.cross_entropy(t.model(x), y, reduction='none') * w
+    torch.testing.assert_close(items.losses, by_hand)
+    class M(torch.nn.Module):
+        def __init__(self): super().__init__(); self.l = torch.nn.Linear(3, 4)
+        def forward(self, x): return self.l(x)
+    d = [{'x': x[i:i + 10], 'label': y[i:i + 10]} for i in range(0, 40, 10)]
+    t = Trainer(SimpleNamespace(train=d, valid=d), torch.nn.CrossEntropyLoss(), torch.optim.SGD, M(), callbacks=[BasicTrainCB()])
+    t.fit(1)
+    assert torch.equal(t.capture_preds()[1], y)

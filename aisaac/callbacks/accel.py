@@ -11,7 +11,7 @@ __all__ = ['AccelerateCB']
 import os
 from collections.abc import Mapping
 import torch
-from .train import BasicTrainCB, DeviceCB
+from .train import BasicTrainCB, DeviceCB, batch_targets
 from ..persist import unwrap_model
 
 # %% ../../nbs/callbacks/72_accel.ipynb #48661507
@@ -77,8 +77,9 @@ class AccelerateCB(BasicTrainCB):
             trainer.preds, gathered = self.acc.gather_for_metrics((trainer.preds, {k: v for k, v in b.items() if isinstance(v, torch.Tensor)}))
             trainer.batch = {**b, **gathered}
         else:
-            trainer.preds, targets = self.acc.gather_for_metrics((trainer.preds, b[-1]))
-            trainer.batch = (*b[:-1], targets)
+            targs = batch_targets(trainer, b)  # (all of them: `(x, y, w)` gathers y and w)
+            trainer.preds, targets = self.acc.gather_for_metrics((trainer.preds, targs))
+            trainer.batch = (*b[:len(b) - len(targs)], *targets)
 
     def backward(self, trainer):
         "Compute the gradients through Accelerate: averaged across processes, scaled under fp16"

@@ -19,17 +19,19 @@ from ..plot import show_images
 from ..core.callback import Callback
 from ..overview import CallbackSummary
 from .preds import capture_preds
+from .train import batch_targets
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #52b812e6
 def item_losses(loss_func, # the trainer's loss: a torch loss (with `reduction`), or any function of `(preds, targets)` that returns a mean
                 preds:torch.Tensor, # the model's outputs, one row per item
-                targs:torch.Tensor): # the targets, one per item
+                targs): # the targets, one per item: a tensor, or a tuple of them (`(y, w)`: the loss takes them all)
     "The loss of each item: `loss_func` with `reduction='none'` where it has one (a copy), else called item by item"
+    targs = targs if isinstance(targs, tuple) else (targs,)
     if isinstance(getattr(loss_func, 'reduction', None), str):
         loss_func = copy.copy(loss_func)
         loss_func.reduction = 'none'
-        res = loss_func(preds, targs)
-    else: res = torch.stack([loss_func(p[None], t[None]) for p, t in zip(preds, targs)])
+        res = loss_func(preds, *targs)
+    else: res = torch.stack([loss_func(preds[i:i + 1], *(t[i:i + 1] for t in targs)) for i in range(len(preds))])
     return res.reshape(len(res), -1).mean(1) if res.ndim > 1 else res  # a loss per pixel or token: the item's mean
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #9cff7bc6
@@ -45,7 +47,7 @@ class ItemLossesCB(Callback):
 
     def after_batch(self, trainer):
         "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device)"
-        x, losses = trainer.batch[0], item_losses(trainer.loss_func, trainer.preds.detach(), trainer.batch[-1]).detach()
+        x, losses = trainer.batch[0], item_losses(trainer.loss_func, trainer.preds.detach(), batch_targets(trainer)).detach()
         idxs = torch.arange(self.n, self.n + len(losses), device=losses.device)
         self.n += len(losses)
         self._losses.append(losses)

@@ -15,6 +15,7 @@ from ..utils import to_cpu
 from ..core.callback import Callback
 from ..trainer import Trainer
 from .augment import BatchTransformCB, tfm_batch
+from .train import batch_targets
 
 # %% ../../nbs/callbacks/59_preds.ipynb #bb6717a8
 class CapturePredsCB(Callback):
@@ -29,7 +30,7 @@ class CapturePredsCB(Callback):
     def after_batch(self, trainer):
         "Keep the batch's predictions, targets and inputs, on the device (not those of an evaluation set's pass: `dls.valid`'s, or the loader asked for)"
         if getattr(trainer, 'eval_set', None) is not None: return
-        self.preds.append(trainer.preds.detach()); self.targs.append(trainer.batch[-1])
+        self.preds.append(trainer.preds.detach()); self.targs.append(batch_targets(trainer)[0])  # (`(x, y, w)`: y; a dict batch: its target)
         if self.inps: self.xs.append(trainer.batch[0])
 
     def after_fit(self, trainer):

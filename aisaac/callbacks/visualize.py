@@ -16,6 +16,7 @@ from fastcore.basics import patch
 from fastcore.imports import in_notebook
 from ..plot import get_grid, show_image, show_images
 from ..core.callback import Callback
+from .train import batch_targets
 from ..trainer import Trainer
 from .summary import peek_batch
 
@@ -88,7 +89,7 @@ class ImageVisualizerCB(Callback):
     def after_batch(self, trainer):
         "Keep inputs, targets and predictions of the first validation batches, on the device, until there are `n`"
         if trainer.model.training or sum(len(k[0]) for k in self.kept) >= self.n: return
-        xb, yb = trainer.batch[0], trainer.batch[-1]
+        xb, yb = trainer.batch[0], batch_targets(trainer)[0]
         self.kept.append((xb[:self.n].detach(), yb[:self.n].detach(), trainer.preds[:self.n].detach()))
 
     def after_validate(self, trainer):
