@@ -53,3 +53,12 @@ def test_onnx_without_the_extra_names_it(monkeypatch):
 
 def test_load_exported_names_the_formats():
     with pytest.raises(ValueError, match=r'ends in .pt2 \(torch.export\), .pt \(TorchScript\) or .onnx'): load_exported('model.bin')
+
+@pytest.mark.filterwarnings('ignore:`torch.jit')
+@pytest.mark.parametrize('how', HOWS)
+def test_a_model_traced_on_one_row_takes_any_batch_size(tmp_path, how):
+    "`export_model(model, x[:1], ...)` (or `ExportCB` on a fit whose last batch has one item): the batch dimension stays free (before, with torch.export: 'Guard failed: input.size()[0] == 1' on a batch of 7)"
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), torch.randn(7, 4)
+    f = load_exported(export_model(model, x[:1], tmp_path/f'one.{ {"export": "pt2", "torchscript": "pt", "onnx": "onnx"}[how] }', how=how))
+    with torch.no_grad(): torch.testing.assert_close(f(x), model(x), rtol=1e-5, atol=1e-6)

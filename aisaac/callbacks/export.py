@@ -29,13 +29,17 @@ def _free_batch(example):
     "`dynamic_shapes` that leave the batch dimension of each input tensor free"
     return tuple({0: torch.export.Dim.AUTO} if isinstance(x, torch.Tensor) and x.ndim else None for x in example)
 
+def _two_rows(example):
+    "An example of one row, made two (the row twice): torch.export fixes a dimension it sees of size 1, and the batch would stay 1"
+    return tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim and len(x) == 1 else x for x in example)
+
 def export_model(model:torch.nn.Module, # the model to export (unwrapped from distributed or compiled wrappers)
                  example, # an input batch (a tensor, or a tuple of the model's arguments) to trace the model with
                  path, # the file to write
                  how:str='export'): # `'export'` (torch.export, .pt2), `'torchscript'` (.pt) or `'onnx'` (.onnx)
     "Export `model` for inference to `path`, traced on `example`, in evaluation mode; returns the path"
     _check_how(how)
-    model, example = unwrap_model(model), example if isinstance(example, tuple) else (example,)
+    model, example = unwrap_model(model), _two_rows(example if isinstance(example, tuple) else (example,))
     training = model.training
     model.eval()
     try:
