@@ -86,3 +86,23 @@ def test_a_language_model_on_dict_batches_validates_every_token_once(tmp_path):
         h = r['history']['epoch']
         assert h['valid_loss']['values'][-1] == pytest.approx(loss, rel=1e-5)
         assert h['perplexity']['values'][-1] == pytest.approx(math.exp(loss), rel=1e-4)
+
+def test_accumulation_is_gradaccumcbs_and_acceleratecb_refuses_its_own():
+    "`AccelerateCB(gradient_accumulation_steps=2)` stepped after every batch with halved losses (it never entered `accelerate`'s accumulation): refused, naming `GradAccumCB`, which gives the weights of one batch twice the size"
+    import copy
+    from types import SimpleNamespace
+    from torch.utils.data import DataLoader, TensorDataset
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.accel import AccelerateCB
+    from aisaac.callbacks.gradients import GradAccumCB
+    with pytest.raises(ValueError, match=r'accumulate with aisaac.s callback instead, `callbacks=\[AccelerateCB\(\), GradAccumCB\(2\)\]`'):
+        AccelerateCB(gradient_accumulation_steps=2)
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 3), torch.randn(40, 1)
+    m0 = torch.nn.Linear(3, 1)
+    dl = DataLoader(TensorDataset(x, y), 10)
+    t = Trainer(SimpleNamespace(train=dl, valid=dl), torch.nn.MSELoss(), torch.optim.SGD, copy.deepcopy(m0), callbacks=[AccelerateCB(), GradAccumCB(2)])
+    t.fit(1, lr=0.1, valid=False)
+    h = copy.deepcopy(m0); opt = torch.optim.SGD(h.parameters(), lr=0.1)
+    for i in (0, 20): torch.nn.functional.mse_loss(h(x[i:i + 20]), y[i:i + 20]).backward(); opt.step(); opt.zero_grad()
+    torch.testing.assert_close(t.model.weight, h.weight)

@@ -26,7 +26,12 @@ class AccelerateCB(BasicTrainCB):
     gathers_predictions = True  # in validation every process has every process's predictions: `MetricsCB` does not combine them again
     def __init__(self, mixed_precision:str=None, # 'no', 'fp16', 'bf16' or 'fp8'; `None`: Accelerate's configuration, else 'no'
                  main_only=(), # names of callback classes (or their bases) that run on the main process only, besides those with `runs_on='main'`
-                 **accelerator_kwargs): # for `accelerate.Accelerator`: `gradient_accumulation_steps`, `cpu`, `kwargs_handlers`...
+                 **accelerator_kwargs): # for `accelerate.Accelerator`: `cpu`, `kwargs_handlers`... (accumulate with `GradAccumCB`)
+        if accelerator_kwargs.get('gradient_accumulation_steps', 1) != 1:
+            n = accelerator_kwargs['gradient_accumulation_steps']
+            raise ValueError(f"AccelerateCB(gradient_accumulation_steps={n}) would have Accelerate divide each loss by {n} while the trainer steps "
+                             f"after every batch: accumulate with aisaac's callback instead, `callbacks=[AccelerateCB(), GradAccumCB({n})]`, "
+                             f"which the clock, the schedulers and the checkpoints count in steps")
         if 'cpu' not in accelerator_kwargs and not torch.cuda.is_available() and int(os.environ.get('WORLD_SIZE', '1')) > 1:
             accelerator_kwargs['cpu'] = True  # several processes without a GPU: Accelerate's multi-CPU mode (gloo)
         accelerate = _accelerate()
