@@ -84,6 +84,10 @@ class RunHistory:
     @property
     def metric_names(self): "The names of the per-epoch metrics"; return self.get_metric_names('epoch')
 
+    def next_epoch(self):
+        "The step of the next per-epoch row: one after the last recorded (0 in a new run, the run's epoch after a resume)"
+        return max((self.get_metric_steps(n)[-1] + 1 for n in self.metric_names), default=0)
+
     @property
     def batch_metric_names(self): "The names of the per-batch metrics"; return self.get_metric_names('batch')
 

@@ -200,3 +200,17 @@ def test_show_image_batch_is_the_prepared_batch_unnormalised_with_class_names():
     t.show_image_batch(max_n=2, denorm=lambda x: x * 0)  # an explicit denorm wins
     assert plt.gcf().axes[0].images[0].get_array().max() == 0
     plt.close('all')
+
+def test_a_resumed_run_numbers_its_images_by_the_runs_epochs_and_a_validation_only_fit_draws_none(tmp_path):
+    "Fit 2 epochs with checkpoints, resume to 4 in a new trainer: predictions_epoch_0..3, none overwritten (before: the resumed epochs wrote _0 and _1 again); `capture_preds` (a fit that only validates) draws nothing (before: an image numbered as the next epoch)"
+    from aisaac.callbacks.savers import CheckpointCB
+    import aisaac.callbacks.preds  # (`trainer.capture_preds`)
+    dls = fmnist_dls(n_valid=6, bs=3)
+    t = fmnist_trainer(dls, ImageVisualizerCB(n=4, folder=tmp_path/'img', show=False), CheckpointCB(tmp_path/'ck', keep_last=None))
+    t.fit(2, lr=1e-3)
+    first = (tmp_path/'img'/'predictions_epoch_1.png').read_bytes()
+    t.capture_preds()
+    again = fmnist_trainer(dls, ImageVisualizerCB(n=4, folder=tmp_path/'img', show=False), CheckpointCB(tmp_path/'ck2', keep_last=None))
+    again.fit(4, lr=1e-3, resume_from=tmp_path/'ck'/'checkpoint_0002_000000.pt')
+    assert sorted(p.name for p in (tmp_path/'img').iterdir()) == [f'predictions_epoch_{e}.png' for e in range(4)]
+    assert (tmp_path/'img'/'predictions_epoch_1.png').read_bytes() == first

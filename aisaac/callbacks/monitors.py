@@ -21,8 +21,7 @@ def _record(trainer, values:dict, step:int, per:str):
 
 def _epoch_step(trainer):
     "The run's epoch, as the history numbers epochs: one after the last per-epoch step recorded (0 in a new run); read as a training pass starts"
-    h = trainer.history
-    return max((h.get_metric_steps(n)[-1] + 1 for n in h.metric_names), default=0)
+    return trainer.history.next_epoch()
 
 def _pass_step(trainer, epoch_step:int):
     "The row of the per-epoch values of the training pass that just ended: in a run measured in steps, the optimizer step it ended at (the row of `MetricsCB`'s losses of that interval); else `epoch_step`"

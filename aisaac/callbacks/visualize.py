@@ -80,7 +80,11 @@ class ImageVisualizerCB(Callback):
                  cmap:str='gray'): # colour map for single-channel images
         if n < 1 or every_n_epochs < 1: raise ValueError(f"`n` and `every_n_epochs` must be at least 1 (got {n} and {every_n_epochs})")
         self.n, self.every, self.folder, self.denorm, self.show = n, every_n_epochs, folder, denorm, show
-        self.imsize, self.dpi, self.cmap, self.paths, self.epoch_step = imsize, dpi, cmap, [], 0
+        self.imsize, self.dpi, self.cmap, self.paths, self.epoch = imsize, dpi, cmap, [], None
+
+    def before_train(self, trainer):
+        "The epoch this pass is: the run's clock's (across fits, and kept in checkpoints: a resumed run's too); in a run measured in steps, numbered by the step its validation comes at"
+        self.epoch = trainer.clock.epoch if hasattr(trainer, 'clock') else trainer.history.next_epoch()
 
     def before_validate(self, trainer):
         "Start collecting"
@@ -93,9 +97,10 @@ class ImageVisualizerCB(Callback):
         self.kept.append((xb[:self.n].detach(), yb[:self.n].detach(), trainer.preds[:self.n].detach()))
 
     def after_validate(self, trainer):
-        "Draw the kept images every `every_n_epochs` epochs"
-        epoch, self.epoch_step = self.epoch_step, self.epoch_step + 1
-        if not self.kept or (epoch + 1) % self.every: return
+        "Draw the kept images every `every_n_epochs` epochs (not in a fit that only validates: `capture_preds`)"
+        epoch, self.epoch, steps = self.epoch, None, getattr(trainer, 'steps', None) is not None
+        if epoch is None or not self.kept or ((trainer.epoch if steps else epoch) + 1) % self.every: return  # (in steps: every so many intervals)
+        if steps: epoch = trainer.clock.step
         xb, yb, preds = (torch.cat(o)[:self.n].float().cpu() for o in zip(*self.kept))
         self.kept = []
         if (f := find_denorm(trainer, self.denorm)) is not None: xb = f(xb)
