@@ -214,10 +214,7 @@ def trial(out, steps, kills, train_secs, rng):
             rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}')
             return rec
         if rec['kills'] < kills:
-            at = done(out, steps)
-            target, extra = at + rng.uniform(0, 0.8 * (1 - at)), rng.uniform(0, train_secs * int(EVERY.split()[0]) / steps)
-            while p.poll() is None and done(out, steps) < target: time.sleep(0.02)  # (by the run's progress, not the reference's time:
-            time.sleep(extra)                                                       # a loaded machine slows one and not the other)
+            time.sleep(rng.uniform(0, 0.8 * train_secs * (1 - done(out, steps))))  # (0.8: a run can be faster than the reference)
             if p.poll() is None:
                 if kill(p, out, rng) == 'hang': rec['errors'].append('a process hung after the other was killed')
                 rec['kills'] += 1
