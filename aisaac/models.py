@@ -139,6 +139,7 @@ def lm_loss(logits, # (B, T, vocab_size): the scores of each position's next tok
             labels): # (B, T): the next tokens; -100 where there is none to predict
     "The mean cross-entropy over every position of every sequence, positions labelled -100 left out"
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+lm_loss.shifts_labels = False  # it compares each position with its own label: the labels are the next tokens (`BasicTrainCB` checks batches against it)
 
 def _check_top_p(top_p):
     "Refuse a `top_p` that is not a probability mass to keep"
@@ -175,6 +176,7 @@ def _extend(next_logits, idx, max_new_tokens, temperature, top_k, top_p, eos_id)
 
 class GPT(nn.Module):
     "A decoder-only transformer: embeddings, `n_layer` `GPTBlock`s, a final layer norm, a head tied to the token embedding"
+    shifts_labels = False  # its own loss (given `labels`) is `lm_loss`: the labels are the next tokens, not the inputs
     def __init__(self, vocab_size:int, # the tokenizer's vocabulary size
                  n_layer:int=4, # transformer blocks
                  n_head:int=4, # attention heads per block
