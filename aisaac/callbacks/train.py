@@ -95,21 +95,28 @@ def _own_layout(cb, b):
     return False, (lambda m, b: m(b)), (lambda b: ())
 
 def _logits(out):
-    "The predictions in a model's output: its `logits` (a Hugging Face output, or a dict), the second item of a `(loss, logits)` tuple"
+    "The predictions in a model's output: its `logits` (a Hugging Face output, or a dict); of a tuple, its first tensor that is not 0-dim (`(loss, logits)` and nanoGPT's `(logits, loss)` alike)"
     if isinstance(logits := getattr(out, 'logits', None), torch.Tensor): return logits
     if isinstance(out, collections.abc.Mapping) and 'logits' in out: return out['logits']
-    if isinstance(out, (tuple, list)) and len(out) >= 2: return out[1]
+    if isinstance(out, (tuple, list)) and len(out) >= 2: return next((o for o in out if isinstance(o, torch.Tensor) and o.ndim), out[1])
     return out
 
+_orders = "the one 0-dim tensor of a `(loss, logits)` or `(logits, loss)` tuple (nanoGPT's order), or the `loss` of a dict or ModelOutput"
+
 def _own_loss(out):
-    "The loss in a model's output: its `loss` (a Hugging Face output, or a dict), the first item of a `(loss, logits)` tuple"
+    "The loss in a model's output: its `loss` (a Hugging Face output, or a dict), or the one 0-dim tensor of a tuple, wherever it is (`(loss, logits)`, `(logits, loss)`)"
     loss = getattr(out, 'loss', None)
     if loss is None and isinstance(out, collections.abc.Mapping): loss = out.get('loss')
-    if loss is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) and out[0].ndim == 0: loss = out[0]
+    if loss is None and isinstance(out, (tuple, list)):
+        if len(at := [o for o in out if isinstance(o, torch.Tensor) and o.ndim == 0]) != 1:
+            raise ValueError(f"The trainer has no `loss_func`, so BasicTrainCB takes the loss from the model's output, and this output, a "
+                             f"{_describe(out)}, holds {len(at) or 'no'} 0-dim tensor{'s' if len(at) != 1 else ''}: it cannot tell which is the "
+                             f"loss. Make the model return its loss as {_orders}; or give the Trainer a `loss_func`")
+        loss = at[0]
     if not isinstance(loss, torch.Tensor):
         raise ValueError(f"The trainer has no `loss_func`, so BasicTrainCB takes the loss from the model's output, and this output "
                          f"({type(out).__name__}) holds none. A Hugging Face model computes it when the batch has `labels`: give the batch "
-                         f"its labels, or give the Trainer a `loss_func`")
+                         f"its labels, or give the Trainer a `loss_func`. A model of your own returns it as {_orders}")
     return loss
 
 def _describe(o):
