@@ -444,3 +444,64 @@ def test_aisaac_silences_the_capturable_warning_of_its_own_warm_up():
     assert not getattr(opt, '_warned_capturable_if_run_uncaptured', False)
     make_capturable(opt, cuda=True)
     assert opt.param_groups[0]['capturable'] and opt._warned_capturable_if_run_uncaptured
+
+# ---------------------------------------------------------------------------------------------------------------------
+# gradients: made by the graph (a whole step), or kept across batches (accumulation, a `zero_grad` that keeps them)
+
+def test_a_whole_step_graph_leaves_no_gradient_as_an_eager_batch_does():
+    "After a replayed batch no parameter holds a gradient (the graph made them, `zero_grad` let them go), as after an eager batch"
+    class Grads(Callback):
+        cuda_graph = 'host'
+        def before_fit(self, t): self.held = []
+        def after_batch(self, t):
+            if t.training: self.held.append(sum(p.grad is not None for p in t.model.parameters()))
+    t, w = fit(Grads(), graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and set(t.Grads.held) == {0}, t.Grads.held
+    assert torch.equal(w, fit(all_eager())[1])
+
+def test_gradients_left_by_eager_batches_are_added_to_not_dropped():
+    "Accumulation that begins mid-fit (GradAccumCB from 1 to 2 batches a step after 2 epochs): the step's graph, captured from no gradient, meets "
+    "those of the window's first batch, run eagerly (its warm-up); it is captured again, adding to them: the weights of the same fit never replayed"
+    class Later(Callback):
+        cuda_graph = 'host'
+        def after_epoch(self, t):
+            if t.training and t.epoch == 1: t.GradAccumCB.n_batches = 2
+    t, w = fit(GradAccumCB(1), Later(), graphed(), n_epochs=5)
+    assert t.CUDAGraphCB.counts['captured'] == 4 and t.CUDAGraphCB.why_eager is None, t.CUDAGraphCB.counts  # step, validation, the step again, no step
+    assert torch.equal(w, fit(GradAccumCB(1), Later(), all_eager(), n_epochs=5)[1])
+
+def test_a_zero_grad_that_keeps_the_gradients_is_graphed_as_eagerly():
+    "`MomentumTrainCB` scales the gradients in `zero_grad` instead of zeroing them: they live across batches, the graphs add into them"
+    from aisaac.callbacks.train import MomentumTrainCB
+    def run(cb):
+        torch.manual_seed(0)
+        from aisaac.trainer import Trainer
+        from aisaac.callbacks.metrics import MetricsCB
+        t = Trainer(tensor_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, mlp(), callbacks=[MomentumTrainCB(0.5), MetricsCB(show=False), cb])
+        t.fit(4, lr=1e-2)
+        return t, weights(t.model)
+    t, w = run(graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and t.CUDAGraphCB.why_eager is None, (t.CUDAGraphCB.counts, t.CUDAGraphCB.why_eager)
+    assert torch.equal(w, run(all_eager())[1])
+
+def test_predictions_in_a_tuple_kept_by_a_callback_are_each_batchs():
+    "A model returning `(logits, aux)` and a callback that keeps them (`cuda_graph = 'keep'`): each batch's own, as eagerly (before, the "
+    "stand-in's replays wrote no tuple into the graph's outputs, and a tuple was not copied for the callback)"
+    class Pair(nn.Module):
+        def __init__(self): super().__init__(); self.net = mlp()
+        def forward(self, x): y = self.net(x); return y, {'double': 2 * y}
+    class Keep(Callback):
+        cuda_graph = 'keep'
+        def before_fit(self, t): self.kept = []
+        def after_batch(self, t):
+            if not t.training: self.kept.append(t.preds)
+    def run(cb):
+        torch.manual_seed(0)
+        from aisaac.trainer import Trainer
+        from aisaac.callbacks.train import BasicTrainCB
+        t = Trainer(tensor_dls(), lambda p, y: nn.functional.cross_entropy(p[0], y), torch.optim.Adam, Pair(), callbacks=[BasicTrainCB(), Keep(), cb])
+        t.fit(4, lr=1e-2)
+        return t, torch.cat([torch.cat([a, b['double']], 1) for a, b in t.Keep.kept])
+    t, kept = run(graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and t.CUDAGraphCB.why_eager is None, t.CUDAGraphCB.counts
+    assert torch.equal(kept, run(all_eager())[1])
