@@ -505,3 +505,10 @@ def test_predictions_in_a_tuple_kept_by_a_callback_are_each_batchs():
     t, kept = run(graphed())
     assert t.CUDAGraphCB.counts['replayed'] > 20 and t.CUDAGraphCB.why_eager is None, t.CUDAGraphCB.counts
     assert torch.equal(kept, run(all_eager())[1])
+
+def test_the_equality_checks_compare_values_not_bits():
+    "A replay and an eager step may give a zero of the other sign (a gradient of -0.0 added into a zeroed tensor is 0.0): the tests' bit-for-bit "
+    "checks (`torch.equal`, also in tests/test_cuda.py) compare values, in which -0.0 is 0.0; a bitwise comparison would not"
+    a, b = torch.tensor([0.0, 1.5]), torch.tensor([-0.0, 1.5])
+    assert torch.equal(a, b)
+    assert not torch.equal(a.view(torch.int32), b.view(torch.int32))
