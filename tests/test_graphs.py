@@ -512,3 +512,21 @@ def test_the_equality_checks_compare_values_not_bits():
     a, b = torch.tensor([0.0, 1.5]), torch.tensor([-0.0, 1.5])
     assert torch.equal(a, b)
     assert not torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+def test_the_collectors_of_predictions_and_losses_get_each_batchs_graphed():
+    "What keeps per-batch tensors across batches, graphed against every batch eager: `capture_preds` (its pass of 8 validation batches: "
+    "3 warm-up, then replays), `ItemLossesCB` (each item's loss and the top inputs), and MetricsCB's losses"
+    from aisaac.callbacks.interpret import ItemLossesCB
+    import aisaac.callbacks.preds  # noqa: F401 (trainer.capture_preds)
+    def run(cb):
+        losses = Losses()
+        t = make_trainer(ItemLossesCB(keep=4), losses, cb, dls=tensor_dls(bs=8))
+        t.fit(3, lr=1e-2)
+        l, counts = losses.values(), dict(cb.counts)  # (before capture_preds, whose fit starts them again)
+        preds = t.capture_preds(inps=True)
+        return t, preds, l, (counts, dict(cb.counts))
+    t, (p, y, x), l, counts = run(graphed())
+    t0, (p0, y0, x0), l0, _ = run(all_eager())
+    assert counts[0]['replayed'] > 80 and counts[1]['replayed'] >= 4 and t.CUDAGraphCB.why_eager is None, counts
+    assert torch.equal(p, p0) and torch.equal(y, y0) and torch.equal(x, x0) and torch.equal(l, l0)
+    assert torch.equal(t.ItemLossesCB.losses, t0.ItemLossesCB.losses) and torch.equal(t.ItemLossesCB.top_idxs, t0.ItemLossesCB.top_idxs)
