@@ -152,12 +152,14 @@ class RuntimeEstimatorCB(Callback):
         self.last = time.perf_counter()
 
     def before_validate(self, trainer):
-        "Start the clock of the validation pass"
+        "Start the clock of the validation pass (the first of the epoch's: the validation set's, then each evaluation set's)"
+        if getattr(trainer, 'eval_set', None) is None: self._valid_sum = 0.
         self.valid_start = time.perf_counter()
 
     def after_validate(self, trainer):
-        "Keep the validation pass's duration"
-        self.valid_secs = time.perf_counter() - self.valid_start
+        "Keep the epoch's validation time: every validation pass's so far (the evaluation sets' too)"
+        self._valid_sum = getattr(self, '_valid_sum', 0.) + time.perf_counter() - self.valid_start
+        self.valid_secs = self._valid_sum
 
     def after_batch(self, trainer):
         "Estimate and record the time left"
