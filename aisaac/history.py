@@ -107,6 +107,18 @@ def extend_metric(self:RunHistory, name:str, # the metric's name, e.g. `'train_l
     vals.extend(v.detach() if isinstance(v, torch.Tensor) else v for v in values)
     steps.extend(range(start, start + len(vals) - len(steps)))
 
+# %% ../nbs/05_history.ipynb #98895e92
+@patch
+def forget(self:RunHistory, names, # the series' names (a list, or one name)
+           step:int, # the first step to forget
+           per:str='batch'): # `'epoch'` or `'batch'`: which series
+    "Drop the values of `names` recorded at `step` or after (the records of batches made void); a name not recorded is left alone"
+    table = self._table(per)
+    for name in ([names] if isinstance(names, str) else names):
+        if (s := table.get(name)) is None: continue
+        kept = [(x, v) for x, v in zip(*s) if x < step]
+        s[0][:], s[1][:] = [x for x, _ in kept], [v for _, v in kept]
+
 # %% ../nbs/05_history.ipynb #5c6a2fb6
 def _pandas():
     try: import pandas

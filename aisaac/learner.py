@@ -104,11 +104,17 @@ class RecorderCB(Callback):
         self.fs = fs
     def before_fit(self, trainer):
         "Start empty records, and keep the optimizer's first param group as `pg`"
-        self.recs, self.pg, self.trainer = {k: [] for k in self.fs}, trainer.opt.param_groups[0], trainer
+        self.recs, self.pg, self.trainer, self._counts = {k: [] for k in self.fs}, trainer.opt.param_groups[0], trainer, []
     def after_batch(self, trainer):
         "Record each function's value, on training batches"
         if not trainer.training: return
         for k, f in self.fs.items(): self.recs[k].append(to_cpu(f(self)))
+        self._counts.append(getattr(getattr(trainer, 'clock', None), 'micro_step', 0))
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "Drop the records of the void batches (a spike's, `LossSpikeCB`): those the clock counted after `first`"
+        n = sum(c <= first for c in self._counts)
+        del self._counts[n:]
+        for v in self.recs.values(): del v[n:]
     def cleanup_fit(self, trainer):
         "Let go of the trainer"
         self.trainer = None

@@ -148,7 +148,12 @@ def _name(dl):
 def _replay_note(dl, n):
     "The warning of a resume that fetches `n` batches of `dl` again"
     return (f"Resuming inside the epoch replays {n:,} batches of the training loader {_name(dl)}: it cannot say where its epoch was, "
-            f"so they are loaded again and dropped. To resume at once, whatever the place in the epoch, use a loader that says its state: "
+            f"so they are loaded again and dropped, and the random states are put back as the checkpoint saw them. The batches after them are "
+            f"the uninterrupted run's when the loader draws its order at the epoch's start (a sampler) or each batch afresh (random windows "
+            f"from `torch.randint`); they differ when its batches depend on its own earlier draws from PyTorch's global generator (a pool or "
+            f"buffer it refills), which the replay makes without what the model and validation drew in between: give such a loader a "
+            f"`torch.Generator` of its own, as its `generator` attribute (checkpoints keep its state). To resume at once, whatever the place "
+            f"in the epoch, use a loader that says its state: "
             f"torchdata's `StatefulDataLoader` in place of `DataLoader` (the same arguments; `pip install torchdata`), or, loading in "
             f"the main process, a dataset or sampler with `state_dict` and `load_state_dict` (a Hugging Face `IterableDataset` has them)")
 

@@ -18,7 +18,7 @@ def _numbers(metrics):
 
 class Logging:
     "A `Trainer` layer: `trainer.history` keeps every metric; `trainer.log` sends values to the loggers, which decide where they go"
-    events = ('log', 'log_image', 'log_text', 'log_metrics')
+    events = ('log', 'log_image', 'log_text', 'log_metrics', 'void_batches')
     def __init__(self, *args, # the trainer's arguments
                  **kwargs): # and keyword arguments
         "Give the trainer its history, before its callbacks are added"
@@ -49,5 +49,16 @@ class Logging:
         "Send `text` to every logger callback that takes text (and the progress display), through the `log_text` event"
         if not isinstance(text, str): raise TypeError(f"`text` must be a string (got {type(text).__name__})")
         self.run_callbacks('log_text', name=name, text=text, step=step)
+
+    def void_batches(self, first:int, # the clock's `micro_step` before the first void batch: the batches it counted after that are void
+                     n:int, # how many batches (micro-steps) are void
+                     reason:str=''): # why, for the record
+        "Say that training batches trained on nothing kept (a step skipped, a rollback): every callback drops its records of the batches the clock counted after `first` (the `void_batches` event); the history's per-batch series `void_batches` gets `n` at row `first`, and the loggers too"
+        self.run_callbacks('void_batches', first=first, n=n, reason=reason)
+        h, before = self.history, 0
+        if 'void_batches' in h.batch_metric_names and h.get_metric_steps('void_batches', 'batch')[-1] == first:
+            before = h.get_latest_metric('void_batches', 'batch')  # a second rollback to the same place: the batches add up
+        h.update_metric('void_batches', before + n, step=first, per='batch')
+        self.log({'void_batches': before + n}, step=first, per='batch')
 
 _keys = {'epoch': 'log per epoch', 'batch': 'log per batch'}  # the plans of `log` for values per epoch and per batch

@@ -29,8 +29,8 @@ class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, EvalSets, Agreed
                      'batch', 'batch_num', 'preds', 'loss', 'training', 'outcome', 'exception', 'history', 'clock', 'steps', 'valid_every')
     events = ('before_init', 'after_create', 'after_init', 'cleanup_init', 'before_fit', 'before_train', 'before_epoch', 'before_dataloader',
               'before_data_epoch', 'after_dataloader', 'before_batch', 'before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss',
-              'after_loss', 'before_backward', 'backward', 'after_backward', 'before_step', 'step', 'step_skipped', 'after_step',
-              'before_zero_grad', 'zero_grad', 'after_zero_grad', 'after_batch', 'cleanup_batch', 'checkpoint', 'after_epoch', 'cleanup_epoch',
+              'after_loss', 'before_backward', 'backward', 'after_backward', 'before_step', 'step', 'void_batches', 'step_skipped',
+              'after_step', 'before_zero_grad', 'zero_grad', 'after_zero_grad', 'after_batch', 'cleanup_batch', 'checkpoint', 'after_epoch', 'cleanup_epoch',
               'after_train', 'cleanup_train', 'before_validate', 'after_validate', 'cleanup_validate', 'after_fit', 'cleanup_fit', 'on_exception',
               'before_scheduler_step', 'after_scheduler_step', 'cleanup_scheduler_step', 'log_metrics', 'log', 'log_image', 'log_text',
               'before_save_checkpoint', 'after_save_checkpoint', 'cleanup_save_checkpoint', 'before_load_checkpoint', 'after_load_checkpoint',

@@ -37,7 +37,7 @@ def _between(first, last):
 
 def expected_fit_events(n_epochs, n_train, n_valid, cancelled=()):
     "The documented loop, written out: `cancelled` holds (epoch, batch, event) where a training batch was cancelled"
-    conditional = ('before_data_epoch', 'step_skipped')  # runs measured in steps; cancelled steps
+    conditional = ('before_data_epoch', 'void_batches', 'step_skipped')  # runs measured in steps; batches made void (a spike); cancelled steps
     batch = [e for e in _between('before_dataloader', 'after_batch') if e not in conditional] + ['cleanup_batch']
     backward_and_step = _between('before_backward', 'after_zero_grad')
     valid_batch = [e for e in batch if e not in backward_and_step]

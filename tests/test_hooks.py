@@ -174,3 +174,13 @@ def test_corecbs_keeps_activation_stats_and_rejects_what_is_not_a_metric():
     assert 'Accuracy' in t.MetricsCB.metrics_epoch[-1]
     with pytest.raises(TypeError, match=r"lr=0\.1, which is not a metric"): CoreCBs(lr=0.1)
     with pytest.raises(TypeError, match="pass an instance"): CoreCBs(acc=MulticlassAccuracy)
+
+
+def test_on_valid_hooks_the_validation_set_not_the_evaluation_sets():
+    "An evaluation set of 3 batches after the validation set's 1: `on_valid` hooks the validation set's batch only (before: 4 per epoch, the evaluation set's mixed in)"
+    from aisaac.evals import EvalSetsCB
+    cb = HooksCallback(append_stats, risinstance(nn.ReLU), on_train=False, on_valid=True)
+    from aisaac.callbacks.metrics import MetricsCB
+    t = conv_trainer(cb, MetricsCB(show=False), EvalSetsCB(other=image_dls(n_valid=(16, 16, 16), seed=1).valid))
+    t.fit(2, lr=0.01)
+    assert [len(h.stats[0]) for h in cb] == [2] * 4

@@ -79,3 +79,20 @@ def test_a_regression_has_no_confusion_matrix():
     interp = Interpretation.from_trainer(t)
     assert interp.top_losses(2)[0].shape == (2,) and len(interp.plot_top_losses(2)) == 2  # a table: the inputs are not images
     with pytest.raises(ValueError, match='class indices'): interp.confusion_matrix()
+
+def test_an_evaluation_set_is_not_mixed_into_the_validation_sets_items():
+    "A validation set of 60 and an evaluation set of 40 (`EvalSetsCB`): 60 item losses and predictions, and the top losses are items of the validation set (before: 100 item losses, top losses naming items 60 to 99, which do not exist)"
+    from aisaac.evals import EvalSetsCB
+    t, x, y = make()
+    g = torch.Generator().manual_seed(1)
+    far = TensorLoader(torch.randn(40, 1, 4, 6, generator=g) * 10, torch.randint(0, 3, (40,), generator=g), bs=16)  # far from the training data: large losses
+    from aisaac.callbacks.metrics import MetricsCB
+    t.add_callbacks([MetricsCB(show=False), EvalSetsCB(far=far)])
+    interp = Interpretation.from_trainer(t, keep=5)
+    with torch.no_grad(): losses = F.cross_entropy(t.model(x), y, reduction='none')
+    assert len(interp.preds) == len(interp.losses) == 60
+    torch.testing.assert_close(interp.losses, losses)
+    assert interp.top_losses(3)[1].tolist() == losses.topk(3).indices.tolist() == interp.top_idxs[:3].tolist()
+    cb = ItemLossesCB(keep=3)  # in a fit of the user's: the validation set's items only
+    t.fit(1, lr=0.1, train=False, callbacks=cb)
+    assert len(cb.losses) == 60 and cb.top_idxs.max() < 60

@@ -115,6 +115,16 @@ def test_runtime_estimate_on_a_fake_clock_is_the_time_that_was_left(clock):
     assert est.remaining == pytest.approx(0.6)  # after the last training batch, the last validation pass is left
 
 
+def test_runtime_estimate_counts_every_validation_pass_of_an_epoch(clock):
+    "The validation set (2 batches of 0.3 s) and an evaluation set (1 batch): after the last training batch 0.9 s of validation are left (before: 0.3, the last pass's alone)"
+    from aisaac.evals import EvalSetsCB
+    est = RuntimeEstimatorCB(skip_batches=1)
+    from aisaac.callbacks.metrics import MetricsCB
+    t = trainer(est, MetricsCB(show=False), EvalSetsCB(other=dls(n_valid=(32,), seed=1).valid), model=Ticking(clock, 0.1, valid_secs=0.3))
+    t.fit(3)
+    assert est.remaining == pytest.approx(0.9)
+
+
 def test_runtime_estimator_needs_a_loader_length():
     t = trainer(RuntimeEstimatorCB())
     t.dls.train = iter(t.dls.train)

@@ -20,7 +20,7 @@ import aisaac.callbacks.lr_finder  # (adds `Trainer.lr_find`)
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-import torchrun_cases
+import torchrun_cases, tiny
 
 def gpt_trainer(*cbs, opt_func=torch.optim.AdamW, seed=0):
     "A tiny GPT (4 layer groups: embed, block0, block1, final) on 4 batches of token sequences"
@@ -109,13 +109,43 @@ def test_fine_tune_runs_a_frozen_fit_then_an_unfrozen_one_at_fastais_rates():
     first, second = fits.fits
     layer = lambda rates: [rates[i] for i in (0, 1, 3, 5)]  # one group per layer group: embed, block0, block1, final
     assert first['n_epochs'] == 1 and layer(first['peaks']) == pytest.approx([2e-4, 2e-4, 2e-4, 2e-3])  # slice(base_lr)
-    assert first['first'] == pytest.approx([p / 25 for p in first['peaks']]) and first['last'] == pytest.approx([p / 1e5 for p in first['peaks']])
+    assert first['first'] == pytest.approx([p / 25 for p in first['peaks']])
+    assert first['last'] == pytest.approx([p * tiny.fastai_one_cycle(4, 1, 0.99)[0][-1] for p in first['peaks']])  # fastai's: near the peak
     assert [n for n in first['trains'] if 'ln' not in n] == []  # the body and the tied head frozen; the layer norms train (train_bn)
     assert 'ln_f.weight' in first['trains'] and 'blocks.0.ln1.weight' in first['trains']
     assert second['n_epochs'] == 2 and layer(second['peaks']) == pytest.approx([1e-5 * 100 ** (i / 3) for i in range(4)])  # base_lr/2, lr_mult 100
-    assert second['first'] == pytest.approx([p / 5 for p in second['peaks']]) and second['last'] == pytest.approx([p / 1e5 for p in second['peaks']])
+    assert second['first'] == pytest.approx([p / 5 for p in second['peaks']])
+    assert second['last'] == pytest.approx([p * tiny.fastai_one_cycle(8, 1, 0.3, div=5.)[0][-1] for p in second['peaks']])
     assert len(second['trains']) == 28
     with pytest.raises(ValueError, match='the trainer has OneCycleSchedulerCB'): gpt_trainer(OneCycleSchedulerCB()).fine_tune(1)
+
+def eight_batch_trainer():
+    "The tiny GPT on 8 batches an epoch, as the transfer-learning tutorial's"
+    g = torch.Generator().manual_seed(0)
+    toks = torch.randint(0, 32, (32, 9), generator=g)
+    dls = SimpleNamespace(train=[(toks[i:i+4, :-1], toks[i:i+4, 1:]) for i in range(0, 32, 4)], valid=[(toks[:4, :-1], toks[:4, 1:])])
+    torch.manual_seed(0)
+    return Trainer(dls, lm_loss, torch.optim.AdamW, get_model_gpt(32, n_layer=2, d_model=16, block_size=8), callbacks=[BasicTrainCB()])
+
+def test_fine_tunes_rates_are_fastais_step_by_step():
+    "Each step's rate and beta1 in both fits, against fastai's `fit_one_cycle` written out (tests/tiny.py): the frozen fit's last step at 0.94 of its peak (before: at its peak over 1e5, a step wasted; the one-cycle's rates up to 0.23 of the peak apart from fastai's)"
+    rec = GroupLRs()
+    class Betas(Callback):
+        def before_fit(self, t): self.b = []
+        def before_step(self, t): self.b.append(t.opt.param_groups[-1]['betas'][0])
+    betas = Betas()
+    t = eight_batch_trainer()
+    fits = []
+    class Each(Callback):
+        def after_fit(self, t): fits.append(([r[-1] for r in rec.lrs], list(betas.b)))
+    t.fine_tune(2, base_lr=1e-2, callbacks=[rec, betas, Each()])
+    (frozen, frozen_b), (unfrozen, unfrozen_b) = fits
+    lrs, moms = tiny.fastai_one_cycle(8, 1e-2, 0.99)  # the frozen fit: its head's peak base_lr, pct_start 0.99, div 25
+    assert frozen == pytest.approx(lrs, rel=1e-9) and frozen_b == pytest.approx(moms, rel=1e-9)
+    assert frozen[-1] == pytest.approx(9.68e-3, rel=1e-3)
+    lrs, moms = tiny.fastai_one_cycle(16, 5e-3, 0.3, div=5.)  # then the head's peak base_lr / 2, pct_start 0.3, div 5, for 2 epochs
+    assert unfrozen == pytest.approx(lrs, rel=1e-9) and unfrozen_b == pytest.approx(moms, rel=1e-9)
+
 
 class SaveAt(Callback):
     "Save a checkpoint at the end of epoch `epoch`"

@@ -213,3 +213,12 @@ def test_every_schedule_keeps_the_ratio_of_the_layer_groups_rates(make):
     assert [g['name'] for g in t.opt.param_groups] == ['body', 'head']
     assert all(body == pytest.approx(head / 10) for body, head in rec.lrs), rec.lrs
     assert len({round(head, 12) for _, head in rec.lrs}) > 1
+
+def test_one_cycle_at_fastais_positions_is_fastais_formula():
+    "`positions='fastai'`: the rate and momentum of step i are the one-cycle's at i / steps (fastai's `fit_one_cycle`), which torch's `OneCycleLR` puts one step later (its peak at step pct_start * steps - 1, its last step at the end rate)"
+    rec = StepRecorder()
+    trainer(OneCycleSchedulerCB(pct_start=0.25, final_div_factor=1e5 / 25, positions='fastai'), rec).fit(3, lr=0.2)
+    lrs, moms = tiny.fastai_one_cycle(3 * N_TRAIN, 0.2, 0.25)
+    assert [l[0] for l in rec.lrs] == pytest.approx(lrs, rel=1e-9) and [m[0] for m in rec.moms] == pytest.approx(moms, rel=1e-9)
+    with pytest.raises(ValueError, match="'torch' or 'fastai'"): OneCycleSchedulerCB(positions='keras')
+    with pytest.raises(ValueError, match='three_phase'): OneCycleSchedulerCB(positions='fastai', three_phase=True)

@@ -221,3 +221,86 @@ def test_a_rollback_lowers_a_sequential_schedule_inside_and_a_plateau_schedule_w
     t = make(MetricsCB(show=False), PlateauSchedulerCB(patience=100), LossSpikeCB(check_every=1, snapshot_every=1, warmup=3), Spike(10))
     t.fit(1, lr=0.05)
     assert [e['action'] for e in t.LossSpikeCB.events] == ['rollback'] and t.opt.param_groups[0]['lr'] == 0.025
+
+class Losses(Callback):
+    "Each training batch's loss (after `Spike`) by `(pass, batch)`, and its gradient norm"
+    order = 60
+    def before_fit(self, t): self.loss, self.norm = {}, {}
+    def after_loss(self, t):
+        if t.model.training: self.loss[(t.epoch, t.batch_num)] = t.loss.item()
+    def after_backward(self, t):
+        self.norm[(t.epoch, t.batch_num)] = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in t.model.parameters()])).item()
+
+def kept_batches(losses, skipped):
+    "The training batches whose steps are in the trajectory kept: those `skipped` does not name"
+    void = lambda at: any(tuple(r[:2]) <= at <= tuple(r[2:]) for r in skipped)
+    return [at for at in losses.loss if not void(at)]
+
+def recorders(tmp_path):
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.monitors import LRMonitorCB, GradNormCB
+    from aisaac.callbacks.loggers import CSVLogger, JSONLinesLogger
+    from aisaac.learner import RecorderCB
+    return [MetricsCB(show=False), LRMonitorCB(), GradNormCB(per_layer=False), CSVLogger(tmp_path/'batches.csv', per='batch'),
+            JSONLinesLogger(tmp_path/'log.jsonl'), RecorderCB(loss=lambda cb: cb.trainer.loss), Losses()]
+
+def check_records(t, tmp_path, n_kept):
+    "The epoch's loss, the history, the monitors and the loggers hold the batches kept, and only them"
+    import csv, json
+    losses, spikes = t.Losses, t.LossSpikeCB
+    kept = kept_batches(losses, spikes.skipped)
+    assert len(kept) == n_kept
+    h = t.history
+    assert h.get_metric_values('train_loss', 'batch') == pytest.approx([losses.loss[k] for k in kept], rel=1e-6)
+    assert h.get_latest_metric('train_loss') == pytest.approx(sum(losses.loss[k] for k in kept) / len(kept), rel=1e-5)
+    assert len(t.LRMonitorCB.recs['lr']) == len(h.get_metric_values('lr', 'batch')) == t.clock.step
+    assert [float(v) for v in t.RecorderCB.recs['loss']] == pytest.approx([losses.loss[k] for k in kept], rel=1e-6)  # miniai's recorder
+    assert h.get_metric_values('grad_norm', 'batch') == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)
+    lines = [json.loads(l) for l in (tmp_path/'log.jsonl').read_text().splitlines()]
+    norms = [(l['step'], l['grad_norm']) for l in lines if 'grad_norm' in l]
+    assert [v for _, v in norms] == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)  # each kept batch's norm once, no void one
+    assert [s for s, _ in norms] == h.get_metric_steps('grad_norm', 'batch')
+    rows = list(csv.DictReader(open(tmp_path/'batches.csv')))
+    assert [float(r['grad_norm']) for r in rows if r['grad_norm']] == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)
+    return kept
+
+def test_a_rollback_leaves_only_the_kept_trajectory_in_the_records(tmp_path):
+    "Batches 8 to 15 are undone: the epoch's loss is the 16 kept batches' mean (before: 9852, the undone batch 15's loss counted), 16 batch losses (before: 17), 16 rates (before: 23), 16 norms sent to the loggers (before: 24); the history says where and how many"
+    spikes = LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8)
+    t = make(spikes, Spike(13), *recorders(tmp_path))
+    t.fit(1, lr=0.1, valid=False)
+    assert spikes.skipped == [[0, 8, 0, 15]] and t.clock.step == 16
+    kept = check_records(t, tmp_path, 16)
+    assert kept == [(0, b) for b in (*range(8), *range(16, 24))]
+    assert t.LRMonitorCB.recs['lr'] == [0.1] * 8 + [0.05] * 8
+    assert t.history.get_metric_steps('void_batches', 'batch') == [8] and t.history.get_metric_values('void_batches', 'batch') == [8]
+
+def test_a_skipped_batch_is_left_out_of_the_records(tmp_path):
+    "The spike's batch 10 is not trained on: it is out of the epoch's loss (before: 893.5, its loss counted), of the batch losses (before: 24 of them) and of the norms; the history says which"
+    t = make(LossSpikeCB('skip', warmup=3), Spike(10), *recorders(tmp_path))
+    t.fit(1, lr=0.05, valid=False)
+    assert t.LossSpikeCB.skipped == [[0, 10, 0, 10]] and t.clock.step == 23
+    check_records(t, tmp_path, 23)
+    assert t.history.get_metric_steps('void_batches', 'batch') == [10] and t.history.get_metric_values('void_batches', 'batch') == [1]
+
+def test_a_skipped_accumulation_window_is_left_out_of_the_records(tmp_path):
+    "Three batches a step, the spike at batch 10: batches 9 to 11 are not trained on, and none of them is in the records (before: 9 and 10 were, the spike's loss among them)"
+    t = make(GradAccumCB(3), LossSpikeCB('skip', warmup=2), Spike(10), *recorders(tmp_path))
+    t.fit(1, lr=0.05, valid=False)
+    assert t.LossSpikeCB.skipped == [[0, 9, 0, 11]] and t.clock.step == 7
+    check_records(t, tmp_path, 21)
+    assert t.history.get_metric_values('void_batches', 'batch') == [3]
+
+class NaN(Callback):
+    "A NaN loss at training batch `batch`"
+    order = -1
+    def __init__(self, batch): self.batch = batch
+    def after_loss(self, t):
+        if t.model.training and t.batch_num == self.batch: t.loss = t.loss * float('nan')
+
+@pytest.mark.parametrize('at', [0, 1, 2])
+def test_a_nan_in_the_warm_up_does_not_count_toward_it(at):
+    "The median is compared with after `warmup` clean losses: a NaN among the first three is skipped alone (before: at batch 1, two clean batches were skipped too, compared with the median of two losses)"
+    w = Watch()
+    make(LossSpikeCB('skip', warmup=3), NaN(at), w).fit(1, lr=0.05, valid=False)
+    assert len(w.skips) == 1 and 'not finite' in w.skips[0], w.skips

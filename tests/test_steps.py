@@ -164,3 +164,71 @@ def test_a_resume_at_the_end_of_an_interval_keeps_the_random_draws_of_its_valida
         return torch.cat([p.detach().flatten() for p in t.model.parameters()])
     straight = run(tmp_path/'a')
     assert torch.equal(run(tmp_path/'b', tmp_path/'a'/f'checkpoint_step_{at:06d}.pt'), straight)
+
+_corpus = torch.randint(0, 20, (400,), generator=torch.Generator().manual_seed(0))
+
+class Windows:
+    "nanoGPT's loader, as most hand-written language-model loaders: each batch 4 random windows, drawn with `torch.randint` from PyTorch's global generator"
+    def __init__(self, n=None): self.n = n  # batches an epoch; `None`: endless
+    def __len__(self): return self.n
+    def __iter__(self):
+        k = 0
+        while self.n is None or k < self.n:
+            k += 1
+            yield self.batch(torch.randint(len(_corpus) - 9, (4,)))
+    @staticmethod
+    def batch(ix): return torch.stack([_corpus[i:i + 8] for i in ix]), torch.stack([_corpus[i + 1:i + 9] for i in ix])
+
+class Pool(Windows):
+    "A loader that draws a pool of 16 windows every 4 batches and takes its batches from it: later batches depend on its earlier draws"
+    def __init__(self, n, generator=None): self.n, self.gen = n, generator
+    def __iter__(self):
+        for k in range(self.n):
+            if k % 4 == 0: pool = torch.randint(len(_corpus) - 9, (16,), generator=self.gen)
+            yield self.batch(pool[k % 4 * 4:][:4])
+
+class StepLosses(Callback):
+    "Each training batch's loss, by the clock's step"
+    order = 60
+    def before_fit(self, t): self.at = {}
+    def after_batch(self, t):
+        if t.model.training: self.at[(t.clock.step, t.clock.micro_step)] = t.loss.item()
+
+def _lm_run(d, train, resume=None, steps=True):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 16), nn.Dropout(0.2), nn.Linear(16, 20))  # dropout draws from the global generator too
+    lm = lambda logits, y: nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+    every = dict(every='5 steps') if steps else dict(every_n_batches=5)
+    t = Trainer(tiny.types.SimpleNamespace(train=train(), valid=Windows(3)), lm, torch.optim.AdamW, model,
+                callbacks=[BasicTrainCB(), rec := StepLosses(), CheckpointCB(d, every_n_epochs=None, keep_last=None, **every)])
+    if steps: t.fit(steps=45, valid_every=10, lr=1e-2, resume_from=resume)
+    else: t.fit(3, lr=1e-2, resume_from=resume)
+    return rec.at
+
+@pytest.mark.parametrize('at', [10, 15])
+def test_a_loader_drawing_each_batch_from_the_global_generator_resumes_to_the_same_batches(tmp_path, at):
+    "nanoGPT's loader (random windows from the global generator, endless), validation drawing from it too, dropout: resumed after step 10 (before its validation) or 15 (inside an interval), every later loss is the straight run's: the replay puts the random states back as the checkpoint saw them, after the dropped batches"
+    straight = _lm_run(tmp_path/'a', Windows)
+    with pytest.warns(UserWarning, match='replays'): resumed = _lm_run(tmp_path/'b', Windows, tmp_path/'a'/f'checkpoint_step_{at:06d}.pt')
+    assert len(resumed) == 45 - at and all(straight[k] == v for k, v in resumed.items())
+
+def test_a_loader_drawing_each_batch_from_the_global_generator_resumes_an_epoch_to_the_same_batches(tmp_path):
+    "The same in a run of epochs of 20 batches, resumed after batch 15 of the second"
+    straight = _lm_run(tmp_path/'a', lambda: Windows(20), steps=False)
+    resumed = _lm_run(tmp_path/'b', lambda: Windows(20), tmp_path/'a'/'checkpoint_0001_000015.pt', steps=False)
+    assert len(resumed) == 25 and all(straight[k] == v for k, v in resumed.items())
+
+def test_a_loader_whose_batches_depend_on_its_earlier_global_draws_is_told_to_take_a_generator(tmp_path):
+    "A pool refilled from the global generator: the replay refills it without what dropout and validation drew in between, so the batches differ, and the warning says so and what to do; with a generator of its own the replay is exact"
+    straight = _lm_run(tmp_path/'a', lambda: Pool(40))
+    with pytest.warns(UserWarning, match="they differ when its batches depend on its own earlier draws.*a `torch.Generator` of its own"):
+        resumed = _lm_run(tmp_path/'b', lambda: Pool(40), tmp_path/'a'/'checkpoint_step_000015.pt')
+    assert sum(straight[k] == v for k, v in resumed.items()) == 0  # (the pool drawn at batch 12 differs: batches 15 on, and the weights after)
+    straight = _lm_run(tmp_path/'c', lambda: _with_gen(Pool(40)))
+    resumed = _lm_run(tmp_path/'d', lambda: _with_gen(Pool(40)), tmp_path/'c'/'checkpoint_step_000015.pt')
+    assert len(resumed) == 30 and all(straight[k] == v for k, v in resumed.items())
+
+def _with_gen(pool):
+    "`pool` drawing from a generator of its own, as its `generator` attribute (the checkpoints keep its state)"
+    pool.generator = pool.gen = torch.Generator().manual_seed(1)
+    return pool

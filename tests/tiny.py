@@ -30,3 +30,11 @@ class Epochs(Callback):
     "Counts the epochs of a fit (their checkpoints)"
     def before_fit(self, t): self.n = 0
     def checkpoint(self, t, at): self.n += at == 'epoch'
+
+def fastai_one_cycle(total, lr_max, pct_start, div=25., div_final=1e5, moms=(0.95, 0.85, 0.95)):
+    "fastai's `fit_one_cycle` written out: before step i (of `total`) the position is i / total, and the rate (momentum) is a cosine from `lr_max/div` up to `lr_max` over the first `pct_start` of the positions, then down to `lr_max/div_final`; `(rates, momentums)`"
+    import math
+    def cos(start, end, pos): return start + (1 + math.cos(math.pi * (1 - pos))) * (end - start) / 2
+    def at(pos, start, middle, end):
+        return cos(start, middle, pos / pct_start) if pos < pct_start else cos(middle, end, (pos - pct_start) / (1 - pct_start))
+    return ([at(i / total, lr_max / div, lr_max, lr_max / div_final) for i in range(total)], [at(i / total, *moms) for i in range(total)])

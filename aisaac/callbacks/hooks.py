@@ -63,7 +63,7 @@ class HooksCallback(Callback):
     def __init__(self, hookfunc, # called as `hookfunc(hook, module, inputs, output)`
                  module_filter=noop, # which modules to hook: a function of the module, true to hook it; default all
                  on_train:bool=True, # call `hookfunc` on training batches
-                 on_valid:bool=False, # call `hookfunc` on validation batches
+                 on_valid:bool=False, # call `hookfunc` on validation batches (`dls.valid`'s: not an evaluation set's, other data)
                  modules:list=None, # hook these modules instead of filtering the model's
                  mod_filter=None, # miniai's name for `module_filter`; wins when given
                  mods:list=None): # miniai's name for `modules`; wins when given
@@ -81,7 +81,7 @@ class HooksCallback(Callback):
 
     def _hookfunc(self, trainer, *args):
         if trainer.model.training: run = self.on_train
-        else: run = self.on_valid
+        else: run = self.on_valid and getattr(trainer, 'eval_set', None) is None
         if run: self.hookfunc(*args)
 
     def cleanup_fit(self, trainer):

@@ -46,7 +46,8 @@ class ItemLossesCB(Callback):
         self.n, self._losses, self._top = 0, [], None
 
     def after_batch(self, trainer):
-        "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device)"
+        "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device); not an evaluation set's (`EvalSetsCB`: other items, numbered apart)"
+        if getattr(trainer, 'eval_set', None) is not None: return
         x, losses = trainer.batch[0], item_losses(trainer.loss_func, trainer.preds.detach(), batch_targets(trainer)).detach()
         idxs = torch.arange(self.n, self.n + len(losses), device=losses.device)
         self.n += len(losses)

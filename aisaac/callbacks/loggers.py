@@ -67,6 +67,10 @@ class Logger(Callback):
         held, self._held = self._held, []
         for metrics, step in held: self.write(trainer, metrics, step, 'batch')
 
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "Drop the held per-batch values of the void batches (rows `first` and after, numbered as the clock counts batches); what was written stays, and the `void_batches` value logged next marks where it stops counting"
+        self._held = [(m, s) for m, s in self._held if s is None or s < first]
+
     def runs_here(self):
         "Whether this logger writes on this process: on every process with `runs_on='all'`; by default (`'main'`) on the main process only"
         return runs_on(self) != 'main' or is_main_process()
@@ -179,6 +183,14 @@ class CSVLogger(Logger):
         self._dirty = True
         self._new.add(step)
 
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "A file of batches drops the rows of the void batches (`first` and after), held or written: the next flush rewrites it"
+        super().void_batches(trainer, first)
+        if self.axis != 'batch' or not (gone := [s for s in self.rows if s >= first]): return
+        for s in gone: del self.rows[s]
+        self._new.difference_update(gone)
+        self._dirty, self._written = True, (None, [])
+
     def flush(self):
         "Write what changed: new rows after the last one written are appended; a changed row or a new column rewrites the file, atomically"
         if not self._dirty: return
@@ -236,7 +248,7 @@ class FileLogger(Logger):
             warnings.warn(f"{self.path} has {size} bytes, fewer than the {state['size']} it had at the checkpoint: it was changed "
                           f"or replaced since, and the resumed run appends to it as it is")
             return
-        self.file.flush(); self.file.truncate(state['size'])
+        self.file.flush(); self.file.truncate(state['size']); self.file.seek(state['size'])  # (a file opened to write, not to append, goes on from there: a rollback's)
 
 class JSONLinesLogger(FileLogger):
     "Append a JSON object per `log` call to the file at `path`, flushed each epoch"

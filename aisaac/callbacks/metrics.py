@@ -133,7 +133,7 @@ class MetricsCB(Callback):
         p = next(trainer.model.parameters(), None)
         if self.device is None and p is not None and (self.train_metrics if trainer.training else self._valid): self._to(p.device)
 
-    def _reset(self): self.batch_losses, self.batch_sizes, self.resumed_losses = [], [], torch.zeros(0)
+    def _reset(self): self.batch_losses, self.batch_sizes, self.batch_counts, self.resumed_losses = [], [], [], torch.zeros(0)
 
     def _pass_losses(self):
         "This pass's batch losses on the CPU (those from before a resume first)"
@@ -144,12 +144,23 @@ class MetricsCB(Callback):
         b = trainer.batch
         targets = b[1] if type(b) in (tuple, list) and len(b) == 2 else self._targets(b)  # the common `(x, y)` pair without a call
         self.batch_losses.append(trainer.loss.detach())
+        self.batch_counts.append(c.micro_step if (c := getattr(trainer, 'clock', None)) is not None else 0)  # which batch: a void one is dropped
         # a batch counts by its samples; a batch of sequences by its tokens, -100 left out (n-1 a row for a model that shifts its labels; on the device)
         self.batch_sizes.append(count_items(targets) if self._items is None else self._items(trainer, targets))
         if ms := (self.train_metrics if trainer.model.training else self._valid):
             if self.device is None: self._to(trainer.preds.device)
             preds = trainer.preds.detach()
             for m in ms.values(): m.update(preds, targets)
+
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "Drop the void batches of this training pass (those the clock counted after `first`) from its loss: the epoch's mean is the kept batches'"
+        if not (self._in_pass and trainer.training) or all(c <= first for c in self.batch_counts): return
+        keep = [c <= first for c in self.batch_counts]
+        self.resumed_losses, self.batch_losses = self._pass_losses()[torch.tensor(keep, dtype=torch.bool)], []  # (a host read: a void is rare)
+        self.batch_sizes, self.batch_counts = ([v for v, k in zip(vs, keep) if k] for vs in (self.batch_sizes, self.batch_counts))
+        if self.train_metrics:
+            warnings.warn(f"MetricsCB: the training metrics {list(self.train_metrics)} still count {keep.count(False)} void batch(es) of an "
+                          f"accumulation window whose step was skipped: a metric's update cannot be taken back (the loss leaves them out)")
 
     def _targets(self, b):
         "The batch's targets: the last item of an `(x, y)` pair, else what the training callback takes as the target"
@@ -204,7 +215,7 @@ class MetricsCB(Callback):
 
     def _pass_state(self):
         "The pass in progress: its losses, sizes and training metrics so far, and the epoch's row"
-        return {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'row': dict(self.row),
+        return {'losses': self._pass_losses(), 'sizes': list(self.batch_sizes), 'counts': list(self.batch_counts), 'row': dict(self.row),
                 'train_metrics': {n: m.state_dict() for n, m in self.train_metrics.items() if hasattr(m, 'state_dict')}}
 
     def before_save_checkpoint(self, trainer):
@@ -227,6 +238,7 @@ class MetricsCB(Callback):
         p = _resumed_pass(state, self.train_metrics)  # (this process's own, when every process's was saved)
         self._reset()
         self.resumed_losses, self.batch_sizes, self.row = p['losses'].float().cpu(), list(p['sizes']), dict(p['row'])
+        self.batch_counts = list(p.get('counts', [0] * len(self.batch_sizes)))  # (a state of before the counts: none of its batches is void)
         for n, m in self.train_metrics.items():
             if n in p['train_metrics']: m.load_state_dict(p['train_metrics'][n])
             else: m.reset()

@@ -53,17 +53,25 @@ def _hyper_params(opt):
 class LRMonitorCB(Callback):
     "Record the learning rate and momentum (or beta1) of every parameter group at each optimizer step applied, per batch"
     provides = ('lr*', 'beta1*', 'momentum*')  # one of each per parameter group: `lr`, or `lr_0`, `lr_1`... (`lr_body`, `lr_head` where they are named)
-    def __init__(self): self.recs = {}
+    def __init__(self): self.recs, self._steps = {}, []
 
     def before_fit(self, trainer):
         "Start new lists for this fit's plot"
-        self.recs = {}
+        self.recs, self._steps = {}, []
 
     def after_step(self, trainer):
         "Record the values the optimizer used in the step it applied (a step skipped by accumulation or the gradient scaler is no step)"
         values = _hyper_params(trainer.opt)
         for k, v in values.items(): self.recs.setdefault(k, []).append(v)
+        self._steps.append(trainer.clock.step)
         _record(trainer, values, trainer.clock.step - 1, 'batch')  # numbered from 0, as the history numbers batches
+
+    def void_batches(self, trainer):
+        "Drop the rates of the steps undone (after the clock's step: a rollback put it back); the history's went back with the state"
+        n = sum(s <= trainer.clock.step for s in self._steps)
+        if n == len(self._steps): return
+        self._steps = self._steps[:n]
+        for vs in self.recs.values(): del vs[n:]
 
     def plot(self, figsize:tuple=(10, 3.5)): # size of the figure, in inches
         "Plot the learning rates, and the momentums or beta1s, of the last fit against the optimizer step"
@@ -144,12 +152,14 @@ class RuntimeEstimatorCB(Callback):
         self.last = time.perf_counter()
 
     def before_validate(self, trainer):
-        "Start the clock of the validation pass"
+        "Start the clock of the validation pass (the first of the epoch's: the validation set's, then each evaluation set's)"
+        if getattr(trainer, 'eval_set', None) is None: self._valid_sum = 0.
         self.valid_start = time.perf_counter()
 
     def after_validate(self, trainer):
-        "Keep the validation pass's duration"
-        self.valid_secs = time.perf_counter() - self.valid_start
+        "Keep the epoch's validation time: every validation pass's so far (the evaluation sets' too)"
+        self._valid_sum = getattr(self, '_valid_sum', 0.) + time.perf_counter() - self.valid_start
+        self.valid_secs = self._valid_sum
 
     def after_batch(self, trainer):
         "Estimate and record the time left"
@@ -181,6 +191,11 @@ class GradNormCB(Callback):
         step = _batch_step(trainer)
         trainer.history.update_metrics(dict(zip(names, values)), step=step, per='batch')
         self.pending.append((step, names, values))
+
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "Forget the norms of the void batches (those the clock counted after `first`), in the history and for the loggers"
+        self.pending = [e for e in self.pending if e[0] < first]
+        trainer.history.forget([n for n in trainer.history.batch_metric_names if n == 'grad_norm' or n.startswith('grad_norm/')], first)
 
     def cleanup_train(self, trainer):
         "Send the pass's norms to the loggers, read from the device at once"

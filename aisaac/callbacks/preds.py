@@ -55,6 +55,11 @@ def _validating_on(dls, dl):
     try: yield
     finally: dls.valid = valid
 
+class _OneLoader(Callback):
+    "In the passes of `capture_preds`: no evaluation set (`EvalSetsCB`) is evaluated, only the loader predicted on"
+    order = -10_000
+    def before_fit(self, trainer): trainer.eval_sets = {}
+
 def capture_preds(trainer:Trainer, # the trainer whose model predicts: `trainer.capture_preds(...)` calls this
                   callbacks=None, # more callbacks for these passes
                   inps:bool=False, # also return the inputs
@@ -68,7 +73,7 @@ def capture_preds(trainer:Trainer, # the trainer whose model predicts: `trainer.
         for tfm in [None, *_as_list(tta)]:
             cp = CapturePredsCB(inps=inps and tfm is None)
             aug = [] if tfm is None else [BatchTransformCB(partial(tfm_batch, tfm_x=tfm), on_train=False, on_valid=True)]
-            trainer.fit(1, train=False, callbacks=[cp, *aug, *_as_list(callbacks)])
+            trainer.fit(1, train=False, callbacks=[_OneLoader(), cp, *aug, *_as_list(callbacks)])
             if tfm is None: targs, xs = cp.all_targs, cp.all_inps
             elif not torch.equal(cp.all_targs, targs):
                 raise ValueError("capture_preds: the validation loader gave its items in another order for the augmented pass, so the predictions "

@@ -102,19 +102,31 @@ def _planned(trainer, who):
         raise TypeError(f"{who} needs the number of optimizer steps of the fit, but the training loader ({type(trainer.dls.train).__name__}) "
                         f"has no len(): fit with `steps=`, or pass the scheduler's length, e.g. `{who}(total_steps=n_epochs * batches_per_epoch)`") from None
 
+def _fastai_positions(kwargs):
+    "`OneCycleLR`'s arguments for fastai's positions: step i of n at i/n of the cycle (the peak at step pct_start*n, the last step short of the end) is step i of a cycle of n+1 steps whose peak is one step later"
+    total = kwargs.pop('total_steps', None) or kwargs.pop('epochs') * kwargs.pop('steps_per_epoch')
+    kwargs.pop('epochs', None); kwargs.pop('steps_per_epoch', None)
+    pct = kwargs.get('pct_start', 0.3)
+    return kwargs | {'total_steps': total + 1, 'pct_start': (pct * total + 1) / (total + 1)}
+
 class OneCycleSchedulerCB(BatchSchedulerCB):
     "The 1cycle policy, stepped each optimizer step: the LR rises to the fit's `lr` (each parameter group's) and falls again; momentum (or Adam's beta1) does the opposite"
-    def __init__(self, **kwargs): # keyword arguments of `torch.optim.lr_scheduler.OneCycleLR` (`pct_start`, `div_factor`...)
+    def __init__(self, positions:str='torch', # where each step falls in the cycle: 'torch' (`OneCycleLR`'s, AIsaac's), or 'fastai' (`fit_one_cycle`'s: step i at i/steps)
+                 **kwargs): # keyword arguments of `torch.optim.lr_scheduler.OneCycleLR` (`pct_start`, `div_factor`...)
+        if positions not in ('torch', 'fastai'): raise ValueError(f"`positions` is 'torch' or 'fastai' (got {positions!r})")
+        if positions == 'fastai' and kwargs.get('three_phase'):
+            raise ValueError("fastai's one cycle has two phases: `three_phase=True` is OneCycleLR's own; leave it out with positions='fastai'")
         scheduler_func = torch.optim.lr_scheduler.OneCycleLR
         try: inspect.signature(scheduler_func).bind_partial(None, **kwargs)
         except TypeError as e: raise TypeError(f"OneCycleSchedulerCB: {e}; it takes the keyword arguments of `torch.optim.lr_scheduler.OneCycleLR`") from None
         super().__init__(scheduler_func)
-        self.kwargs = kwargs
+        self.kwargs, self.positions = kwargs, positions
 
     def make_scheduler(self, trainer):
         "`OneCycleLR` with `max_lr` the fit's `lr` (each parameter group's, as `lr=slice(...)` set them) and `total_steps` the optimizer steps of the fit (`trainer.planned_steps()`)"
         kwargs = {'max_lr': [g['lr'] for g in trainer.opt.param_groups]} | self.kwargs
         if not {'total_steps', 'epochs', 'steps_per_epoch'} & set(kwargs): kwargs['total_steps'] = _planned(trainer, type(self).__name__)
+        if self.positions == 'fastai': kwargs = _fastai_positions(kwargs)
         try: return self.scheduler_func(trainer.opt, **kwargs)
         except ValueError as e:
             if 'momentum' not in str(e): raise
@@ -207,12 +219,12 @@ def fine_tune(self:Trainer, epochs:int, # epochs of the second fit, the whole mo
               pct_start:float=0.3, # the share of the second fit whose rates rise (the first's: 0.99)
               div:float=5.0, # the second fit starts at its peak rates over `div` (the first: over 25)
               callbacks=None, # callbacks for each of the two fits
-              **kwargs): # more arguments of `OneCycleSchedulerCB` (`OneCycleLR`'s) for both fits, e.g. `cycle_momentum=False`
+              **kwargs): # more arguments of `OneCycleSchedulerCB` (`OneCycleLR`'s) for both fits, e.g. `cycle_momentum=False`; `positions` is fastai's
     "fastai's `fine_tune`: a one-cycle fit of `freeze_epochs` with the model frozen but its last layer group, then one of `epochs` unfrozen, at rates spread over the groups"
     if scheds := [type(cb).__name__ for cb in self.cbs if isinstance(cb, BaseSchedulerCB)]:
         raise ValueError(f"fine_tune schedules its two fits with the one-cycle policy, and the trainer has {', '.join(scheds)}: remove it, or write "
                          f"the fits out, `freeze()`, `fit(...)`, `unfreeze()`, `fit(..., lr=slice(lo, hi))`, with the schedules you want")
-    cbs = listify(callbacks)
+    cbs, kwargs = listify(callbacks), {'positions': 'fastai'} | kwargs  # each step where fastai's `fit_one_cycle` puts it
     if freeze_epochs:
         self.freeze()
         self.fit(freeze_epochs, lr=slice(base_lr), callbacks=[OneCycleSchedulerCB(pct_start=0.99, final_div_factor=1e5 / 25, **kwargs), *cbs])

@@ -10,7 +10,7 @@ __all__ = ['scale_lr', 'training_state', 'roll_back', 'LossSpikeCB']
 # %% ../../nbs/callbacks/75_spikes.ipynb #b02eb28c
 import math
 import torch
-from ..core.callback import Callback, CancelFitException, CancelStepException
+from ..core.callback import Callback, CancelBatchException, CancelFitException
 from ..persist import _on_cpu
 from ..utils import try_print
 from ..ranks import _across
@@ -66,7 +66,7 @@ class LossSpikeCB(Callback):
     def __init__(self, action:str='rollback', # 'skip' the step, 'rollback' to the last good state, or 'stop' the fit
                  factor:float=3., # a loss above `factor` times the running median of the last `window` steps' losses is a spike
                  window:int=100, # the steps whose losses make the running median
-                 warmup:int=10, # the steps seen before a loss is compared with the median (a non-finite one always counts)
+                 warmup:int=10, # the clean steps seen before a loss is compared with the median (a non-finite one is always a spike, and does not count)
                  max_grad_norm:float=None, # a gradient norm above this is a spike (a non-finite one always is, when `grads`)
                  grads:bool=True, # watch the gradient norm (`GradClipCB`'s when there is one, else computed: one foreach norm per step)
                  check_every:int=None, # read the decision every this many steps (one host sync each); default: 1 for 'skip', which decides before each step, else 25
@@ -96,6 +96,7 @@ class LossSpikeCB(Callback):
     def _reset(self):
         "Forget the running losses and the decisions not read yet (a fit starts with no state loaded for it)"
         self.losses, self.seen, self.pending, self._peak, self._from, self._snapshot, self._snap_due = None, 0, [], None, None, None, False
+        self.clean, self._count0 = None, None  # the clean steps seen (on the device); the clock's count of batches before this step's window
 
     def before_fit(self, trainer):
         "Start watching (unless a state was loaded for this fit); refuse a rollback of a sharded model"
@@ -114,6 +115,10 @@ class LossSpikeCB(Callback):
         "'rollback': the first good state is where the fit starts training (after a resume's load), unless the checkpoint resumed holds one"
         if self.action == 'rollback' and (self._snapshot is None or self._snap_due): self._take_snapshot(trainer, (trainer.epoch, trainer.first_batch))
 
+    def before_batch(self, trainer):
+        "At a step's first training batch, note the clock's count of batches before it: if the step is void, its batches are"
+        if self._count0 is None and trainer.model.training: self._count0 = trainer.clock.micro_step
+
     def after_loss(self, trainer):
         "Keep the largest training loss since the last step, on the device (no host sync)"
         if not trainer.model.training: return
@@ -125,22 +130,24 @@ class LossSpikeCB(Callback):
         "Look at this step's loss and gradient norm (on the device); every `check_every` steps read the decisions (a host sync) and act on a spike"
         pos = (trainer.epoch, trainer.batch_num)
         first, peak, self._from, self._peak = self._from or pos, self._peak, None, None
+        count0, self._count0 = self._count0, None
+        if count0 is None: count0 = trainer.clock.micro_step - 1  # (a state saved before the counts were kept)
         recorded = bool(self.skipped) and any(r[:2] <= list(pos) and list(first) <= r[2:] for r in self.skipped)
         vec = self._observe(trainer, peak, recorded)
         if recorded:  # a batch `skipped` names: a resume meets it again
             trainer.opt.zero_grad()
-            raise CancelStepException(f"LossSpikeCB: batch {pos[1]} of pass {pos[0]} is among the batches recorded as skipped")
+            self._void(trainer, count0, trainer.clock.micro_step - count0, f"LossSpikeCB: batch {pos[1]} of pass {pos[0]} is among the batches recorded as skipped")
         self.pending.append((vec, first, pos, trainer.clock.step + 1))
-        if self.seen % self.check_every == 0: self._check(trainer)
+        if self.seen % self.check_every == 0: self._check(trainer, count0)
 
     def _observe(self, trainer, peak, recorded):
         "This step's `[code, loss, median, norm]` on the device (code 0: clean, 1 to 4: the reasons above); the loss joins the running window unless it is a spike"
         if peak is None: peak = trainer.loss.detach().float().max()
-        if self.losses is None: self.losses = torch.full((self.window,), math.nan, device=peak.device)
-        self.losses = self.losses.to(peak.device)  # (a loaded state may be on the CPU)
+        if self.losses is None: self.losses, self.clean = torch.full((self.window,), math.nan, device=peak.device), torch.zeros((), dtype=torch.long)
+        self.losses, self.clean = self.losses.to(peak.device), self.clean.to(peak.device)  # (a loaded state may be on the CPU)
         med, nan = self.losses.nanmedian(), torch.full((), math.nan, device=peak.device)
         code = torch.where(peak.isfinite(), 0., 1.)
-        if self.seen >= self.warmup: code = torch.where((code == 0) & (peak > self.factor * med), 2., code)
+        code = torch.where((code == 0) & (self.clean >= self.warmup) & (peak > self.factor * med), 2., code)  # after `warmup` clean steps
         norm = self._norm(trainer) if self.grads else None
         if norm is not None:
             norm = norm.detach().float().to(peak.device)
@@ -149,6 +156,7 @@ class LossSpikeCB(Callback):
             code = torch.where(code == 0, bad, code)
         if recorded: code = torch.full((), 5., device=peak.device)
         self.losses[self.seen % self.window] = torch.where(code == 0, peak, nan)
+        self.clean += code == 0
         self.seen += 1
         return torch.stack([code, peak, med, nan if norm is None else norm])
 
@@ -158,7 +166,7 @@ class LossSpikeCB(Callback):
         grads = [p.grad for g in trainer.opt.param_groups for p in g['params'] if p.grad is not None]
         return torch.nn.utils.get_total_norm(grads) if grads else None
 
-    def _check(self, trainer):
+    def _check(self, trainer, count0:int): # the clock's count of batches before this step's
         "Read the decisions pending (one host sync), agree on them across processes, and act on a spike"
         entries, self.pending = self.pending, []
         vals = torch.stack([e[0] for e in entries]).tolist()
@@ -176,16 +184,25 @@ class LossSpikeCB(Callback):
         trainer.opt.zero_grad()
         if action == 'stop':
             self._note('stop', None, trainer, why)
-            raise CancelFitException(self.reason)
+            self._void(trainer, count0, trainer.clock.micro_step - count0, stop=True)
         if action == 'skip':
             self._note('skip', entries[-1][1], trainer, why, pos)
-            raise CancelStepException(self.reason)
+            self._void(trainer, count0, trainer.clock.micro_step - count0)
         state, start = self._snapshot
         self._note('rollback', start, trainer, why, pos)
+        before = trainer.clock.micro_step
         roll_back(trainer, state)
         scale_lr(trainer, self.lr_factor)
         self._snap_due = True  # the state rolled back to, with its lower rates, is the next rollback's: kept at the end of this batch
-        raise CancelStepException(self.reason)
+        self._void(trainer, trainer.clock.micro_step, before - trainer.clock.micro_step)  # (the clock went back: its count is the first void one's)
+
+    def _void(self, trainer, first:int, n:int, reason:str=None, stop:bool=False):
+        "The `n` batches the clock counted after `first` (this one the last) trained on nothing kept: the records drop them (`void_batches`), `step_skipped` says why, and this batch ends here (no `after_batch`, so nothing records it)"
+        reason = reason or self.reason
+        if callable(void := getattr(trainer, 'void_batches', None)): void(first, n, reason)
+        if stop: raise CancelFitException(reason)
+        trainer.run_callbacks('step_skipped', reason=reason)
+        raise CancelBatchException(reason)
 
     @property
     def rollbacks(self): "The rollbacks done"; return sum(e['action'] == 'rollback' for e in self.events)
@@ -213,7 +230,7 @@ class LossSpikeCB(Callback):
         "The running losses, the decisions not read yet, where this step's window started, the record (`skipped`, `events`) and, in a fit, the snapshot"
         state = {'losses': self.losses, 'seen': self.seen, 'peak': self._peak, 'from': None if self._from is None else list(self._from),
                  'pending': [[v, list(f), list(p), s] for v, f, p, s in self.pending], 'skipped': self.skipped, 'events': self.events,
-                 'snapshot_due': self._snap_due}
+                 'snapshot_due': self._snap_due, 'clean': self.clean, 'count0': self._count0}
         if self.snapshot_in_checkpoint and self._snapshot is not None and not getattr(self, '_taking', False):
             state['snapshot'] = {'state': self._snapshot[0], 'start': list(self._snapshot[1])}  # (not inside a snapshot: no nesting)
         return state
@@ -228,4 +245,6 @@ class LossSpikeCB(Callback):
         self.events += [e for e in state['events'] if e not in self.events]
         self._loaded = not getattr(self, '_in_fit', False)  # a state loaded before a fit is that fit's
         self._snap_due = bool(state.get('snapshot_due', False))
+        self.clean = state.get('clean', None if self.losses is None else torch.tensor(self.seen))  # (a state of before: its steps seen)
+        self._count0 = state.get('count0')
         if (s := state.get('snapshot')) is not None: self._snapshot = s['state'], tuple(s['start'])  # a resume's (a rollback loads a snapshot, which has none)
