@@ -236,6 +236,6 @@ class ShardLoader:
         self._loaded = state
 
 def next_tokens(batch): # a batch of blocks, `(x,)`, as `ShardLoader` gives it
-    "The inputs and their next tokens, `(x[:, :-1], x[:, 1:])`: the pair nanoGPT's `get_batch` returns (`ShardLoader(..., tfm=next_tokens)`)"
+    "The inputs and their next tokens, `(x[:, :-1], x[:, 1:])`, each contiguous (nanoGPT's model calls `targets.view(-1)`): the pair its `get_batch` returns (`ShardLoader(..., tfm=next_tokens)`)"
     (x,) = batch
-    return x[:, :-1], x[:, 1:]
+    return x[:, :-1].contiguous(), x[:, 1:].contiguous()

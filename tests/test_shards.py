@@ -166,6 +166,7 @@ def test_a_raw_token_file_is_read_as_nanogpts_get_batch_reads_it(tmp_path):
     for (x, y), _ in zip(dl, range(5)):  # nanoGPT's get_batch, with a generator of its own
         ix = torch.randint(len(data) - 32, (4,), generator=g)
         assert torch.equal(x, torch.stack([torch.from_numpy(data[i:i+32].astype(np.int64)) for i in ix]))
+        assert x.is_contiguous() and y.is_contiguous()  # (nanoGPT's model calls targets.view(-1))
         assert torch.equal(y, torch.stack([torch.from_numpy(data[i+1:i+1+32].astype(np.int64)) for i in ix]))
     halves = [ShardLoader(TokenFile(tmp_path/'train.bin'), block_size=32, bs=2, shuffle=True, seed=1337, rank=r, world=2) for r in (0, 1)]
     whole = ShardLoader(tf, block_size=32, bs=4, shuffle=True, seed=1337)  # two processes: each its half of every batch
