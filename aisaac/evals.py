@@ -9,31 +9,63 @@ __all__ = ['Eval', 'EvalSetsCB', 'first_pass', 'last_pass', 'set_of', 'metric_du
 
 # %% ../nbs/26_evals.ipynb #23afbbab
 import collections.abc, copy, numbers
+import torch
 from .core.callback import Callback
-from .clock import Every
+from .clock import Every, _order_parts
 from .ranks import _across, _fit_group, _world_size
 
 # %% ../nbs/26_evals.ipynb #f1698277
 _own_counts = ('seconds', 'samples', 'tokens')  # what each process's clock counts its own way: the main process's decides
 
+class _Drawn:
+    "The batches a set's function returned for one pass (an iterable, maybe a generator): an error naming the set when there are none"
+    def __init__(self, batches, name, epoch): self.batches, self.name, self.epoch = batches, name, epoch
+    def __len__(self): return len(self.batches)  # (a generator has none)
+    def __iter__(self):
+        n = 0
+        for b in self.batches:
+            n += 1
+            yield b
+        if not n:
+            raise ValueError(f"The evaluation set {self.name!r} gave no batch in epoch {self.epoch}: its function returned an iterable that was empty "
+                             f"(the same generator every time, used up by the first pass?). Make it return fresh batches at each call, e.g. "
+                             f"`Eval(lambda: (get_batch() for _ in range(200)))`")
+
 class Eval:
-    "An evaluation set: its loader, the metrics computed on it, and how often it is evaluated"
-    def __init__(self, loader, # the set's batches, as `dls.valid` gives them (a `DataLoader`, a list of batches); in a distributed fit, this process's part
+    "An evaluation set: its loader (or a function that returns fresh batches at each evaluation), the metrics computed on it, how often it is evaluated, and its loss's name"
+    def __init__(self, loader, # the set's batches, as `dls.valid` gives them (a `DataLoader`, a list of batches), or a function called at each evaluation that returns them (nanoGPT's `estimate_loss` draws new random ones); in a distributed fit, this process's part
                  metrics=None, # `{name: metric}`, or a list of metrics named by their class; `None`: copies of `MetricsCB`'s; `{}`: the loss alone
-                 every=None): # `'2 epochs'`, `'500 steps'`, `'1M tokens'`, `'30 min'`, an `Every`; a number counts the fit's unit (epochs, or steps in a run of steps); `None`: whenever the fit validates
-        if not isinstance(loader, collections.abc.Iterable) or isinstance(loader, (str, bytes, dict)):
-            raise TypeError(f"An evaluation set needs a loader of batches, as `dls.valid` is one (got {type(loader).__name__}): "
-                            f"e.g. `Eval(DataLoader(ds, 64))` or a list of (x, y) batches")
+                 every=None, # `'2 epochs'`, `'500 steps'`, `'1M tokens'`, `'30 min'`, an `Every`; a number counts the fit's unit (epochs, or steps in a run of steps); `None`: whenever the fit validates
+                 loss_name:str='valid_loss'): # what follows the set's name in its loss's name: `'code/valid_loss'`; `'loss'` for a set of the training split, `'train/loss'` beside the running `train_loss`
+        iterable = isinstance(loader, collections.abc.Iterable) and not isinstance(loader, (str, bytes, dict))
+        if not iterable and not callable(loader):
+            raise TypeError(f"An evaluation set needs a loader of batches, as `dls.valid` is one, or a function that returns them (got "
+                            f"{type(loader).__name__}): e.g. `Eval(DataLoader(ds, 64))`, a list of (x, y) batches, or `Eval(lambda: draw_batches(200))`")
         if isinstance(loader, collections.abc.Iterator):
-            raise TypeError("An evaluation set's loader is an iterator (a generator?), which its first pass would use up: give a list of batches or a "
-                            "`DataLoader`, which start again at each pass")
+            raise TypeError("An evaluation set's loader is an iterator (a generator?), which its first pass would use up: give a list of batches, a "
+                            "`DataLoader` (they start again at each pass), or a function that returns fresh batches at each evaluation: "
+                            "`Eval(lambda: (get_batch() for _ in range(200)))`")
         if isinstance(loader, collections.abc.Sized) and len(loader) == 0:
             raise ValueError("An evaluation set's loader has no batch: give it data (an empty dataset? `drop_last=True` with fewer rows than the batch size?)")
         if isinstance(metrics, (list, tuple)): metrics = {type(m).__name__: m for m in metrics}
         if metrics is not None and not isinstance(metrics, dict):
             raise TypeError(f"`metrics` is a dict {{name: metric}} or a list of metrics (got {type(metrics).__name__}): e.g. `metrics={{'acc': MulticlassAccuracy()}}`")
         if every is not None: Every(every)  # (a period that cannot be read is refused now, not when the fit starts)
-        self.loader, self.metrics, self.every, self.name, self.period = loader, metrics, every, None, None
+        if not isinstance(loss_name, str) or not loss_name or '/' in loss_name:
+            raise ValueError(f"`loss_name` follows the set's name in its loss's name ('code/valid_loss', 'train/loss'): a name without '/' (got {loss_name!r})")
+        if metrics and loss_name in metrics:
+            raise ValueError(f"`loss_name` {loss_name!r} is also the name of one of the set's metrics: the two would be recorded under one name. Give another")
+        self.loader, self.metrics, self.every, self.loss_name, self.name, self.period = loader, metrics, every, loss_name, None, None
+        self.fresh = iterable is False  # a function: called at each evaluation
+
+    def batches(self, trainer): # the trainer, about to evaluate the set
+        "The batches of this evaluation: the loader, or what the set's function returns now"
+        return _Drawn(self.loader(), self.name, trainer.epoch) if self.fresh else self.loader
+
+    def generators(self):
+        "The `torch.Generator`s of the set's loader and its samplers, which draw its batches (a loader that draws random ones): checkpoints keep their states"
+        if self.fresh: return []
+        return [g for o in _order_parts(self.loader) if isinstance(g := getattr(o, 'generator', None), torch.Generator)]
 
     def start(self, trainer): # the trainer, at the start of a fit or after a checkpoint was loaded
         "Count the set's interval from where the run's clock is (a number, in the fit's unit: epochs, or steps in a run of steps)"
@@ -66,7 +98,7 @@ class EvalSetsCB(Callback):
             e.name = name
         if not self.eval_sets: raise ValueError("EvalSetsCB got no set: name each loader, e.g. `EvalSetsCB(code=code_dl)`")
         self.provides = tuple(p for n, e in self.eval_sets.items()
-                              for p in (f'{n}/valid_loss', *((f'{n}/*',) if e.metrics is None else (f'{n}/{m}' for m in e.metrics))))
+                              for p in (f'{n}/{e.loss_name}', *((f'{n}/*',) if e.metrics is None else (f'{n}/{m}' for m in e.metrics))))
 
     def before_fit(self, trainer):
         "Count each set's interval from the run's clock; refuse an interval that falls between the validations of a run in steps, and under `AccelerateCB` on several processes a loader it did not prepare"
@@ -84,6 +116,18 @@ class EvalSetsCB(Callback):
     def after_load_checkpoint(self, trainer):
         "A resumed run: each set's interval counts from the checkpoint's clock"
         for e in self.eval_sets.values(): e.start(trainer)
+
+    def state_dict(self):
+        "The states of the generators that draw the sets' batches (a set of random batches, as nanoGPT's `estimate_loss` draws), by set: a resumed run draws what the straight run would"
+        return {'generators': gs} if (gs := {n: [g.get_state() for g in e.generators()] for n, e in self.eval_sets.items() if e.generators()}) else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Put the generators of the sets back in their states"
+        for n, states in state.get('generators', {}).items():
+            gens = self.eval_sets[n].generators() if n in self.eval_sets else []
+            if len(gens) != len(states):
+                raise ValueError(f"The checkpoint holds {len(states)} generator state(s) of the evaluation set {n!r}, whose loader has {len(gens)}: resume with the same sets")
+            for g, st in zip(gens, states): g.set_state(st)
 
 # %% ../nbs/26_evals.ipynb #d8827e4a
 def first_pass(trainer): # the trainer, in a pass
@@ -135,4 +179,4 @@ class EvalSets:
 
     def valid_loader(self):
         "The validation pass's batches: the evaluation set's loader in its pass, else `dls.valid`"
-        return super().valid_loader() if self.eval_set is None else self.eval_set.loader
+        return super().valid_loader() if self.eval_set is None else self.eval_set.batches(self)

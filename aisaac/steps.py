@@ -30,6 +30,7 @@ class StepRuns:
     "A `Trainer` layer: `trainer.clock` counts epochs, applied steps, batches, samples, tokens and seconds; `fit(steps=...)` trains in steps; `step_scheduler`"
     events = ('before_data_epoch',)
     steps = valid_every = None
+    valid_first = False  # this fit validates once before its first step (`fit(steps=..., valid_first=True)`); cleared once done
     def __init__(self, *args, # the trainer's arguments
                  **kwargs): # and keyword arguments
         "Give the trainer its clock, before its callbacks are added"
@@ -44,8 +45,9 @@ class StepRuns:
 
     def check_fit(self, steps:int=None, # train for this many optimizer steps instead of `n_epochs`
                   valid_every=None, # with `steps`: validate every this many steps
+                  valid_first:bool=False, # with `steps`: validate once before the first step too
                   **args): # the rest of `fit`'s arguments
-        "Refuse `steps` and `valid_every` that are not a run measured in steps"
+        "Refuse `steps`, `valid_every` and `valid_first` that are not a run measured in steps"
         if steps is not None:
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
                 raise ValueError(f"`steps` is how many optimizer steps to train, a whole number of 1 or more (got {steps!r})")
@@ -56,16 +58,23 @@ class StepRuns:
                                  "`fit(steps=1000, valid_every=200)`); a run of epochs validates after each epoch")
             if Every(valid_every).unit != 'step':
                 raise ValueError(f"`valid_every` is a number of optimizer steps (got {valid_every!r}): e.g. `valid_every=200` or '200 steps'")
+        if valid_first:
+            if steps is None:
+                raise ValueError("`valid_first` validates a run measured in steps before its first step (nanoGPT's evaluation at iter 0): give "
+                                 "`steps=` too (e.g. `fit(steps=1000, valid_every=200, valid_first=True)`)")
+            if not args['valid']: raise ValueError("`valid_first` validates before the first step, and `valid=False` validates never: leave `valid` True")
         super().check_fit(**args)
 
     def start_fit(self, steps:int=None, # train for this many optimizer steps instead of `n_epochs`
                   valid_every=None, # with `steps`: validate every this many steps
+                  valid_first:bool=False, # with `steps`: validate once before the first step too (not when resuming: the run did it)
                   **args): # the rest of `fit`'s arguments
-        "The passes of this fit: `n_epochs`, or passes of `valid_every` optimizer steps until `steps` are taken; the clock runs"
+        "The passes of this fit: `n_epochs`, or passes of `valid_every` optimizer steps until `steps` are taken (after a validation, with `valid_first`); the clock runs"
         self.steps, self._stream = steps, None
         self.clock.batches_per_step = 1  # a fit takes a step per batch unless a callback says otherwise in `before_fit` (`GradAccumCB`)
         self.valid_every = None if steps is None else steps if valid_every is None else int(Every(valid_every).n)
         super().start_fit(**args)
+        self.valid_first = bool(valid_first) and not getattr(self, 'resuming', False)  # (a resumed run validated first before its checkpoint)
         self.clock.fit_start_step, self.clock.fit_start_epoch = self.clock.step, self.clock.epoch  # (a resumed fit puts back the fit's it continues)
         if steps is not None:
             self.n_epochs = math.ceil(steps / self.valid_every)  # each turn of the loop validates after `valid_every` steps
@@ -75,7 +84,15 @@ class StepRuns:
     def end_fit(self):
         "The clock stops counting the seconds"
         self.clock.stop()
+        self.valid_first = False
         super().end_fit()
+
+    def one_pass(self, training:bool): # the training pass (`True`) or the validation pass
+        "One pass; with `valid_first`, the first training pass of the fit comes after a validation pass, at the fit's first step (step 0 of a new run)"
+        if training and self.valid_first:
+            self.valid_first = False
+            super().one_pass(False)
+        super().one_pass(training)
 
     def train_loader(self):
         "The training loader of this pass: `dls.train`, or in a run measured in steps the stream's batches until this pass's last step"

@@ -49,6 +49,7 @@ class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, EvalSets, Agreed
             valid:bool=True, # run the validation pass of each epoch
             resume_from=None, # a checkpoint file to continue from, written by `save_checkpoint` (`aisaac.checkpoint`)
             steps:int=None, # train for this many optimizer steps, across epochs, instead of `n_epochs` (`aisaac.steps`)
-            valid_every=None): # with `steps`: validate every this many steps (`200`, `'200 steps'`) and at the end; default: at the end
+            valid_every=None, # with `steps`: validate every this many steps (`200`, `'200 steps'`) and at the end; default: at the end
+            valid_first:bool=False): # with `steps`: validate before the first step too, at step 0 (nanoGPT's evaluation at iter 0)
         "Fit the model for `n_epochs` (or `steps` optimizer steps), with a new optimizer at `lr`"
-        return super().fit(n_epochs, lr, callbacks, train, valid, resume_from=resume_from, steps=steps, valid_every=valid_every)
+        return super().fit(n_epochs, lr, callbacks, train, valid, resume_from=resume_from, steps=steps, valid_every=valid_every, valid_first=valid_first)

@@ -290,3 +290,69 @@ def test_under_accelerate_on_two_processes_a_prepared_set_is_whole(tmp_path):
         h = r['history']
         assert h['again/valid_loss'] == h['valid_loss'] and h['again/acc'] == h['acc'] and h['again/acc']['steps'] == [0, 1], h
     assert r0['history'] == r1['history']
+
+# ---------------------------------------------------------------- nanoGPT's estimate_loss: fresh random batches at each evaluation
+class RandomBatches:
+    "`n` batches drawn afresh at each pass from a seeded generator (nanoGPT's `get_batch` in `estimate_loss`): an iterable with a length"
+    def __init__(self, n, seed): self.n, self.generator, self.x = n, torch.Generator().manual_seed(seed), torch.randn(64, 2)
+    def __len__(self): return self.n
+    def __iter__(self):
+        for _ in range(self.n):
+            i = torch.randint(64, (16,), generator=self.generator)
+            yield self.x[i], (self.x[i, 0] > 0).long()
+
+def test_a_set_can_be_a_function_that_returns_fresh_batches_at_each_pass():
+    "Eval(fn): fn() is called at each evaluation (a generator of new random batches each time); each pass's loss is over its own batches"
+    from aisaac.evals import EvalSetsCB, Eval
+    g, drawn = torch.Generator().manual_seed(5), []
+    def fresh():
+        for _ in range(3):
+            x = torch.randn(16, 2, generator=g); drawn.append(x)
+            yield x, (x[:, 0] > 0).long()
+    t = trainer(EvalSetsCB(est=Eval(fresh, metrics={})))
+    t.fit(3, lr=0.5)
+    assert len(drawn) == 9 and t.history.get_metric_steps('est/valid_loss') == [0, 1, 2]
+    assert len({round(v, 6) for v in t.history.get_metric_values('est/valid_loss')}) == 3
+
+def test_a_function_whose_batches_are_used_up_is_an_error_naming_the_set():
+    "fn returning the same generator each time: its second pass would be empty, which is refused (no silent empty evaluation)"
+    from aisaac.evals import EvalSetsCB, Eval
+    once = iter(batches(2, 2))
+    t = trainer(EvalSetsCB(est=Eval(lambda: once)))
+    with pytest.raises(ValueError, match=r"The evaluation set 'est' gave no batch in epoch 1.*fresh"): t.fit(3, lr=0.5)
+
+def test_an_iterable_with_a_length_that_draws_afresh_is_a_set_and_resumes_exactly(tmp_path):
+    "A set that draws random batches from its own generator (as nanoGPT's estimate_loss): a resumed run draws the straight run's batches (the generator's state is in the checkpoint)"
+    from aisaac.evals import EvalSetsCB
+    from aisaac.callbacks.savers import CheckpointCB
+    t = trainer(EvalSetsCB(est=RandomBatches(3, 7)), CheckpointCB(tmp_path, every_n_batches=1, keep_last=None))
+    t.fit(4, lr=0.5)
+    r = trainer(EvalSetsCB(est=RandomBatches(3, 7)))
+    r.fit(4, lr=0.5, resume_from=tmp_path/'checkpoint_0002_000002.pt')
+    assert r.history.get_metric_values('est/valid_loss') == t.history.get_metric_values('est/valid_loss')
+    assert len(set(t.history.get_metric_values('est/valid_loss'))) == 4
+
+def test_a_sets_loss_can_be_named_train_loss_style(capsys):
+    "A set of the training split: `loss_name='loss'` records its loss as 'train/loss' (nanoGPT logs 'train/loss'), beside the running 'train_loss'"
+    from aisaac.evals import EvalSetsCB, Eval
+    t = trainer(EvalSetsCB(train=Eval(batches(2, 0), loss_name='loss')))
+    t.MetricsCB.show = True
+    t.fit(2, lr=0.5)
+    assert t.history.metric_names == ['train_loss', 'valid_loss', 'Accuracy', 'train/loss', 'train/Accuracy']
+    assert 'train/loss' in capsys.readouterr().out
+    assert t.EvalSetsCB.provides[0] == 'train/loss'
+    with pytest.raises(ValueError, match="`loss_name`"): Eval([1], loss_name='a/b')
+    with pytest.raises(ValueError, match="`loss_name` 'acc' is also the name of one of the set's metrics"):
+        Eval([1], loss_name='acc', metrics={'acc': MulticlassAccuracy()})
+
+def test_progress_bars_count_the_batches_of_a_set_without_a_length():
+    "ProgressCB's bars over a set whose function returns a generator (no len): a bar without an end, not a disabled callback"
+    import warnings
+    from aisaac.evals import EvalSetsCB, Eval
+    from aisaac.callbacks.progress import ProgressCB
+    def fresh(): return ((x := torch.randn(16, 2), (x[:, 0] > 0).long()) for _ in range(2))
+    t = trainer(EvalSetsCB(est=Eval(fresh)), ProgressCB(bars=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        t.fit(2, lr=0.5)
+    assert t.history.get_metric_steps('est/valid_loss') == [0, 1]

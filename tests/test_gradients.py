@@ -313,3 +313,40 @@ if __name__ == '__main__':  # one process of the test above, under torchrun
     _grads_and_weights(model, lm_loss, _lm_batches(LENGTHS)[2 * rank:2 * rank + 2], GradAccumCB(2))
     torch.save(torch.cat([p.detach().flatten() for p in model.module.parameters()]), Path(sys.argv[1])/f'weights_{rank}.pt')
     dist.destroy_process_group()
+
+# ---------------------------------------------------------------- clipping sums the norm in the model's order, as a hand-written loop
+class _Tiny(nn.Module):
+    "nanoGPT's kinds of parameters, interleaved in the model's order: an embedding, linears with biases, a layer norm"
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc, self.ln, self.out = nn.Embedding(11, 24), nn.Linear(24, 48), nn.LayerNorm(48), nn.Linear(48, 11)
+    def forward(self, x): return self.out(self.ln(torch.relu(self.fc(self.emb(x))))).flatten(0, 1)
+
+def _nanogpt_adamw(params, lr):
+    "nanoGPT's `configure_optimizers`: the 2-D parameters (decayed) in one group, then the others, each in the model's order"
+    ps = [p for p in params if p.requires_grad]
+    return torch.optim.AdamW([{'params': [p for p in ps if p.dim() >= 2], 'weight_decay': 0.1},
+                              {'params': [p for p in ps if p.dim() < 2], 'weight_decay': 0.0}], lr=lr, betas=(0.9, 0.95))
+
+def test_clip_is_bit_identical_to_a_hand_written_loop_with_nanogpts_groups():
+    "The optimizer's groups are in another order than the model's parameters: the clipped norm, and so every weight, is still the hand loop's exactly"
+    g = torch.Generator().manual_seed(0)
+    xs, ys = torch.randint(0, 11, (40, 8, 6), generator=g), torch.randint(0, 11, (40, 8 * 6), generator=g)
+    torch.manual_seed(0); ref = _Tiny()
+    torch.manual_seed(0); model = _Tiny()
+    opt, losses = _nanogpt_adamw(ref.parameters(), 3e-2), []
+    for x, y in zip(xs, ys):  # nanoGPT's train.py: forward, backward, clip the model's parameters, step, zero the gradients
+        loss = nn.functional.cross_entropy(ref(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        opt.step(); opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    class Losses(Callback):
+        def before_fit(self, t): self.got = []
+        def after_loss(self, t): self.got.append(t.loss.item())
+    t = Trainer(DataLoaders(list(zip(xs, ys)), list(zip(xs[:2], ys[:2]))), nn.functional.cross_entropy, _nanogpt_adamw, model,
+                callbacks=[BasicTrainCB(), GradClipCB(0.5), rec := Losses()])
+    t.fit(1, lr=3e-2, valid=False)
+    first = next((i for i, (a, b) in enumerate(zip(rec.got, losses)) if a != b), None)
+    assert first is None, f"the losses part at step {first}: {rec.got[first]} against {losses[first]} (diff {abs(rec.got[first] - losses[first]):.2g})"
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters()))

@@ -271,3 +271,71 @@ def test_lr_monitor_shows_each_layer_group_by_name():
     assert len(body) == 8 and body == pytest.approx([h / 10 for h in head]) and max(head) == pytest.approx(1e-2, rel=0.05)
     t.fit(1, lr=1e-2)  # one rate, AdamW: two groups (with and without decay), one name: `lr`, as before
     assert sorted(lrmon.recs) == ['beta1', 'lr'] and len(t.opt.param_groups) == 2
+
+
+# MFU ------------------------------------------------------------------------------------------------------------------
+def _lm_trainer(cb, clock, model=None, T=16, V=64):
+    "A GPT on batches of (ids, next ids) tuples, as nanoGPT's get_batch gives them, each training forward taking 0.5 s on the fake clock"
+    from aisaac.models import GPT, lm_loss
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, V, (4, T + 1), generator=g) for _ in range(4)]
+    torch.manual_seed(0)
+    model = model or GPT(V, n_layer=2, n_head=2, d_model=16, block_size=T)
+    def tick(m, args):
+        if m.training: clock.now += 0.5
+    model.register_forward_pre_hook(tick)
+    return Trainer(SimpleNamespace(train=[(b[:, :-1], b[:, 1:]) for b in ids], valid=[(ids[0][:, :-1], ids[0][:, 1:])]), lm_loss,
+                   torch.optim.SGD, model, callbacks=[BasicTrainCB(), cb]), model
+
+def test_mfu_of_aisaacs_gpt_is_palms_formula_over_the_given_peak(clock):
+    "GPT: 6N + 12 L H Q T FLOPs a token (N without the position embedding), 64 tokens a batch every 0.5 s: mfu = 128 tokens/s x that / peak"
+    t, gpt = _lm_trainer(SpeedMonitorCB(window_size=2, peak_flops=1e9), clock)
+    t.fit(1, lr=0.1)
+    N = sum(p.numel() for p in gpt.parameters()) - gpt.pos_emb.weight.numel()
+    fpt = 6 * N + 12 * 2 * 2 * 8 * 16  # L=2, H=2, Q=16/2, T=16
+    assert t.SpeedMonitorCB.flops_per_token == fpt
+    assert t.history.get_metric_values('tokens_per_sec', per='batch') == [128.] * 3
+    assert t.history.get_metric_values('mfu', per='batch') == [pytest.approx(128 * fpt / 1e9)] * 3
+    assert t.history.get_metric_values('epoch_mfu') == [pytest.approx(128 * fpt / 1e9)]
+
+def test_mfu_of_a_model_in_nanogpts_interface_is_its_estimate_mfu(clock):
+    "A model with nanoGPT's config and get_num_params: the FLOPs its estimate_mfu counts (6N + 12 L H Q T, T its block_size)"
+    class Cfg: n_layer, n_head, n_embd, block_size = 2, 2, 16, 16
+    class Nano(nn.Module):
+        def __init__(self):
+            super().__init__(); self.config = Cfg(); self.wte, self.wpe, self.lin = nn.Embedding(64, 16), nn.Embedding(16, 16), nn.Linear(16, 64)
+        def get_num_params(self, non_embedding=True): return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+        def forward(self, x): return self.lin(self.wte(x) + self.wpe(torch.arange(x.shape[1])))
+    t, nano = _lm_trainer(SpeedMonitorCB(window_size=2, peak_flops=312e12), clock, model=Nano())
+    t.fit(1, lr=0.1)
+    fpt = 6 * nano.get_num_params() + 12 * 2 * 2 * 8 * 16
+    assert t.SpeedMonitorCB.flops_per_token == fpt
+    assert t.history.get_latest_metric('mfu', 'batch') == pytest.approx(128 * fpt / 312e12)  # nanoGPT's estimate_mfu, against an A100
+
+def test_mfu_takes_given_flops_a_number_or_a_function(clock):
+    t, _ = _lm_trainer(SpeedMonitorCB(window_size=2, flops_per_token=1000, peak_flops=1e6), clock)
+    t.fit(1, lr=0.1)
+    assert t.history.get_latest_metric('mfu', 'batch') == pytest.approx(128 * 1000 / 1e6)
+    t, _ = _lm_trainer(SpeedMonitorCB(window_size=2, flops_per_token=lambda m: 2000, peak_flops=1e6), clock)
+    t.fit(1, lr=0.1)
+    assert t.history.get_latest_metric('mfu', 'batch') == pytest.approx(128 * 2000 / 1e6)
+
+def test_no_mfu_on_the_cpu_without_a_peak(clock):
+    t, _ = _lm_trainer(SpeedMonitorCB(window_size=2), clock)
+    t.fit(1, lr=0.1)
+    assert 'epoch_mfu' not in t.history.metric_names and t.history.get_metric_values('tokens_per_sec', per='batch') == [128.] * 3
+    assert t.SpeedMonitorCB.flops_per_token and t.SpeedMonitorCB.peak_flops is None
+
+def test_no_mfu_for_a_model_of_unknown_flops():
+    t = trainer(SpeedMonitorCB(window_size=2, peak_flops=1e9))  # an MLP: no FLOPs per token known, none given
+    t.fit(1)
+    assert 'epoch_mfu' not in t.history.metric_names and t.SpeedMonitorCB.flops_per_token is None
+    with pytest.raises(ValueError, match='peak_flops'): SpeedMonitorCB(peak_flops=-1)
+    with pytest.raises(ValueError, match='flops_per_token'): SpeedMonitorCB(flops_per_token='6N')
+
+def test_the_peak_of_known_gpus():
+    assert monitors.gpu_peak_flops('NVIDIA A100-SXM4-80GB') == 312e12 and monitors.gpu_peak_flops('NVIDIA H100 80GB HBM3') == 989e12
+    assert monitors.gpu_peak_flops('NVIDIA H100 PCIe') == 756e12 and monitors.gpu_peak_flops('NVIDIA H200') == 989e12
+    assert monitors.gpu_peak_flops('NVIDIA L4') == 121e12 and monitors.gpu_peak_flops('NVIDIA L40S') == 362e12
+    assert monitors.gpu_peak_flops('NVIDIA A10') == 125e12 and monitors.gpu_peak_flops('NVIDIA A10G') is None
+    assert monitors.gpu_peak_flops('Some Future GPU') is None

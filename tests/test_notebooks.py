@@ -275,7 +275,7 @@ def test_a_line_printed_in_two_stream_messages_is_the_saved_line():
     saved = run_nbs.sanitise(nb("{'epoch': 0, 'train': '0.890'}", '\n', 'done\n'))  # as `write` saves it: the line is one output
     assert [''.join(o['text']) for o in saved.cells[0].outputs] == ["{'epoch': 0, 'train': '0.890'}\ndone\n"]
 
-FAST = ['tutorials/callbacks.ipynb', 'tutorials/custom_callbacks.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb']
+FAST = ['tutorials/callbacks.ipynb', 'tutorials/custom_callbacks.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb', 'guides/coming_from_nanogpt.ipynb']
 
 @pytest.mark.parametrize('path', FAST)
 def test_saved_outputs_are_what_a_rerun_gives(path):

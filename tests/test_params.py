@@ -259,3 +259,58 @@ def test_miniais_learner_decays_every_parameter_as_miniai_does():
     t = Trainer(SimpleNamespace(train=dl, valid=dl), nn.MSELoss(), torch.optim.AdamW, model, callbacks=[BasicTrainCB()])
     t.fit(1)
     assert [g['weight_decay'] for g in t.opt.param_groups] == [0.01, 0.0]  # aisaac's own default: biases and norms not decayed
+
+# ---------------------------------------------------------------- nanoGPT's rule: every 2-D parameter decays (embeddings too), no 1-D one
+def _nanogpt_groups(model, wd, lr):
+    "nanoGPT's `configure_optimizers`, written out: 2-D parameters decayed, then the others, each in the model's order"
+    ps = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW([{'params': [p for p in ps if p.dim() >= 2], 'weight_decay': wd},
+                              {'params': [p for p in ps if p.dim() < 2], 'weight_decay': 0.0}], lr=lr, betas=(0.9, 0.95))
+
+def _hand_losses(model, batches, lr, steps):
+    opt, losses = _nanogpt_groups(model, 0.1, lr), []
+    for x, y in batches[:steps]:
+        loss = lm_loss(model(x), y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+def test_no_decay_1d_is_nanogpts_rule_and_trains_as_its_configure_optimizers():
+    "`trainer.no_decay = no_decay_1d`: the embeddings decay, the 1-D parameters do not, in nanoGPT's two groups; every loss is its loop's exactly"
+    from aisaac.params import no_decay_1d
+    class Losses(Callback):
+        def before_fit(self, t): self.got = []
+        def after_loss(self, t): self.got.append(t.loss.item())
+    t = gpt_trainer(rec := Losses(), opt_func=partial(torch.optim.AdamW, weight_decay=0.1, betas=(0.9, 0.95)))
+    t.no_decay = no_decay_1d
+    groups = t.param_groups()
+    assert [(g['name'], g['weight_decay']) for g in groups] == [('all', 0.1), ('all (no decay)', 0.0)]
+    assert 'tok_emb.weight' in groups[0]['params'] and 'pos_emb.weight' in groups[0]['params']
+    assert all(p.ndim < 2 for n, p in t.model.named_parameters() if n in groups[1]['params'])
+    torch.manual_seed(0)
+    ref = get_model_gpt(32, n_layer=2, d_model=16, block_size=8)
+    hand = _hand_losses(ref, t.dls.train, 1e-2, 4)
+    t.fit(1, lr=1e-2, valid=False)
+    assert rec.got == hand
+    t2 = gpt_trainer(rec2 := Losses(), opt_func=partial(torch.optim.AdamW, weight_decay=0.1, betas=(0.9, 0.95)))
+    t2.fit(1, lr=1e-2, valid=False)  # the default: the embeddings are not decayed, so the run is not nanoGPT's
+    assert rec2.got != hand
+
+def test_show_groups_prints_a_line_per_group_when_the_fit_starts(capsys):
+    "`trainer.show_groups = True`: each fit starts by printing its optimizer's groups, their size, rate and weight decay"
+    t = gpt_trainer(opt_func=partial(torch.optim.AdamW, weight_decay=0.1))
+    t.fit(1, lr=1e-2, valid=False)
+    assert 'no decay' not in capsys.readouterr().out  # off by default
+    t.show_groups = True
+    t.fit(1, lr=1e-2, valid=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ['group', 'lr', 'decay', 'tensors', 'numel', 'trains', 'parameters']
+    assert out[1].split()[:3] == ['all', '0.01', '0.1'] and out[2].split()[:5] == ['all', '(no', 'decay)', '0.01', '0']
+
+def test_no_decay_takes_a_rule_of_its_own_and_refuses_anything_else():
+    from aisaac.params import no_decay_1d
+    t = gpt_trainer(opt_func=partial(torch.optim.AdamW, weight_decay=0.1))
+    t.no_decay = lambda m: [m.head.weight]  # (tied to the token embedding)
+    assert t.param_groups()[1]['params'] == ['tok_emb.weight']
+    t.no_decay = 'nanogpt'
+    with pytest.raises(TypeError, match=r"`trainer.no_decay` is True.*no_decay_1d"): t.param_groups()

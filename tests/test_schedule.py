@@ -222,3 +222,59 @@ def test_one_cycle_at_fastais_positions_is_fastais_formula():
     assert [l[0] for l in rec.lrs] == pytest.approx(lrs, rel=1e-9) and [m[0] for m in rec.moms] == pytest.approx(moms, rel=1e-9)
     with pytest.raises(ValueError, match="'torch' or 'fastai'"): OneCycleSchedulerCB(positions='keras')
     with pytest.raises(ValueError, match='three_phase'): OneCycleSchedulerCB(positions='fastai', three_phase=True)
+
+# ---------------------------------------------------------------- nanoGPT's schedule: warm-up to w+1, a decay shorter than the fit, a floor
+def nanogpt_get_lr(it, learning_rate, warmup_iters, lr_decay_iters, min_lr):
+    "nanoGPT's `get_lr` (train.py), written out: the rate of iteration `it`, set before its step"
+    import math
+    if it < warmup_iters: return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters: return min_lr
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    assert 0 <= decay_ratio <= 1
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return min_lr + coeff * (learning_rate - min_lr)
+
+def _rates(sched, steps, lr, opt_func=torch.optim.AdamW, **kw):
+    "The rate each optimizer step of a run of `steps` used, per parameter group"
+    from aisaac.callbacks.monitors import LRMonitorCB
+    rec = StepRecorder()
+    t = make_trainer([sched, rec], opt_func=opt_func, n_train=(4,) * 7, **kw)
+    t.fit(steps=steps, lr=lr, valid=False)
+    return t, rec.lrs
+
+@pytest.mark.parametrize('warmup,decay', [(10, 40), (3, 60), (0, 25), (5, 6)])
+def test_warmup_cosine_in_nanogpts_form_is_its_get_lr_bit_for_bit(warmup, decay):
+    "nanoGPT's recipe (warm-up (it+1)/(w+1), cosine over lr_decay_iters, min_lr after): every step's rate equals `get_lr(it)` exactly"
+    t, lrs = _rates(WarmupCosineSchedulerCB(warmup=warmup, decay=decay, min_lr=6e-5, warmup_form='nanogpt'), 50, 6e-4)
+    assert [l[0] for l in lrs] == [nanogpt_get_lr(i, 6e-4, warmup, decay, 6e-5) for i in range(50)]
+
+def test_warmup_cosine_decay_shorter_than_the_fit_holds_its_floor():
+    "`decay=20` in a fit of 30 steps: the cosine reaches `final` times the rate at step 20 and stays there; a fraction of the fit works too"
+    from aisaac.callbacks.schedule import warmup_cosine
+    _, lrs = _rates(WarmupCosineSchedulerCB(warmup=4, decay=20, final=0.1), 30, 0.1, opt_func=partial(torch.optim.SGD, momentum=0.9))
+    lrs = [l[0] for l in lrs]
+    assert lrs[:21] == pytest.approx([0.1 * warmup_cosine(i, 20, 4, 0.1) for i in range(21)])
+    assert lrs[20:] == [pytest.approx(0.01)] * 10
+    _, half = _rates(sched := WarmupCosineSchedulerCB(warmup=4, decay=0.5, final=0.1), 30, 0.1, opt_func=partial(torch.optim.SGD, momentum=0.9))
+    assert sched.decay_steps == 15 and [l[0] for l in half][15:] == [pytest.approx(0.01)] * 15
+
+def test_warmup_cosine_default_is_unchanged():
+    "Without the new options the schedule is the one it always was: (s+1)/w, then the cosine to `final` over the fit, the same floats"
+    from aisaac.callbacks.schedule import warmup_cosine
+    _, lrs = _rates(WarmupCosineSchedulerCB(warmup=4), 30, 0.1, opt_func=partial(torch.optim.SGD, momentum=0.9))
+    assert [l[0] for l in lrs] == [0.1 * warmup_cosine(i, 30, 4, 0.1) for i in range(30)]
+
+def test_warmup_cosine_min_lr_floors_every_group_and_refuses_one_below_it():
+    "min_lr is a rate: each group decays to it (the groups of `lr=slice`); a group whose peak is below it is an error that says so"
+    from aisaac.params import ParamGroups
+    t, lrs = _rates(WarmupCosineSchedulerCB(warmup=2, decay=10, min_lr=1e-3, warmup_form='nanogpt'), 12, 0.1,
+                    opt_func=partial(torch.optim.AdamW, weight_decay=0.1))
+    assert len(lrs[0]) == 2 and lrs[-1] == [1e-3, 1e-3]  # the decayed and the no-decay halves
+    with pytest.raises(ValueError, match=r"min_lr=0.5 is above the peak rate 0.1 of parameter group 0"):
+        _rates(WarmupCosineSchedulerCB(min_lr=0.5), 12, 0.1)
+
+def test_warmup_cosine_options_are_checked():
+    with pytest.raises(ValueError, match="warmup_form"): WarmupCosineSchedulerCB(warmup_form='karpathy')
+    with pytest.raises(ValueError, match="either `final`.*or `min_lr`"): WarmupCosineSchedulerCB(final=0.1, min_lr=1e-4)
+    with pytest.raises(ValueError, match="`decay` is"): WarmupCosineSchedulerCB(decay=-3)
+    with pytest.raises(ValueError, match=r"decays over 5 steps.*warm-up of 10"): _rates(WarmupCosineSchedulerCB(warmup=10, decay=5), 20, 0.1)

@@ -147,3 +147,69 @@ def test_consecutive_windows_on_several_processes_give_every_block_once_in_as_ma
     assert starts == list(range(0, 1030, 10))
     assert len({len(b) for b in batches}) == 1 and len(batches[0]) == len(loaders[0])
     assert all(0 < len(b) <= max(bs, 2) for bs_ in batches for b in bs_)
+
+# ---------------------------------------------------------------- nanoGPT's raw .bin files: np.uint16 ids, no manifest
+def nanogpt_bin(path, n=3000, vocab=65, seed=0, dtype=np.uint16):
+    "A token file as nanoGPT's prepare.py writes one: `np.array(ids, dtype=np.uint16).tofile(path)`"
+    ids = np.random.default_rng(seed).integers(0, vocab, n)
+    np.array(ids, dtype=dtype).tofile(path)
+    return ids
+
+def test_a_raw_token_file_is_read_as_nanogpts_get_batch_reads_it(tmp_path):
+    "TokenFile('train.bin'): random windows of block_size + 1 ids, drawn as nanoGPT's get_batch draws them (its formula, with the loader's generator)"
+    from aisaac.shards import TokenFile, next_tokens
+    ids = nanogpt_bin(tmp_path/'train.bin')
+    tf = TokenFile(tmp_path/'train.bin', vocab_size=65)
+    assert len(tf) == 3000 and tf.dtype == np.uint16 and tf.read(10, 5).tolist() == ids[10:15].tolist()
+    dl = ShardLoader(tf, block_size=32, bs=4, shuffle=True, seed=1337, tfm=next_tokens)
+    g, data = torch.Generator().manual_seed(1337), np.memmap(tmp_path/'train.bin', dtype=np.uint16, mode='r')
+    for (x, y), _ in zip(dl, range(5)):  # nanoGPT's get_batch, with a generator of its own
+        ix = torch.randint(len(data) - 32, (4,), generator=g)
+        assert torch.equal(x, torch.stack([torch.from_numpy(data[i:i+32].astype(np.int64)) for i in ix]))
+        assert x.is_contiguous() and y.is_contiguous()  # (nanoGPT's model calls targets.view(-1))
+        assert torch.equal(y, torch.stack([torch.from_numpy(data[i+1:i+1+32].astype(np.int64)) for i in ix]))
+    halves = [ShardLoader(TokenFile(tmp_path/'train.bin'), block_size=32, bs=2, shuffle=True, seed=1337, rank=r, world=2) for r in (0, 1)]
+    whole = ShardLoader(tf, block_size=32, bs=4, shuffle=True, seed=1337)  # two processes: each its half of every batch
+    assert torch.equal(torch.cat([next(iter(h))[0] for h in halves]), next(iter(whole))[0])
+    import pickle; assert pickle.loads(pickle.dumps(tf)).read(10, 5).tolist() == ids[10:15].tolist()  # (to a worker or another process)
+
+def test_a_raw_token_file_that_does_not_fit_is_refused_with_the_fix(tmp_path):
+    from aisaac.shards import TokenFile
+    (tmp_path/'odd.bin').write_bytes(b'\x01\x00\x02\x00\x03')
+    with pytest.raises(ValueError, match=r"5 bytes, not a whole number of uint16 ids \(2 bytes each\)"): TokenFile(tmp_path/'odd.bin')
+    nanogpt_bin(tmp_path/'train.bin')
+    with pytest.raises(ValueError, match=r"vocabulary of 100,277 tokens.*uint16.*65,535.*dtype=np.uint32"): TokenFile(tmp_path/'train.bin', vocab_size=100_277)
+    with pytest.raises(TypeError, match="an integer dtype"): TokenFile(tmp_path/'train.bin', dtype=np.float32)
+    with pytest.raises(FileNotFoundError, match="no token file"): TokenFile(tmp_path/'val.bin')
+    with pytest.raises(ValueError, match=r"`batches` .*random blocks"): ShardLoader(TokenFile(tmp_path/'train.bin'), block_size=8, bs=2, batches=3)
+
+def test_an_evaluation_loader_draws_its_batches_afresh_at_each_pass(tmp_path):
+    "batches=3: each pass is 3 new random batches (nanoGPT's eval_iters), from where the generator is"
+    from aisaac.shards import TokenFile
+    nanogpt_bin(tmp_path/'val.bin')
+    dl = ShardLoader(TokenFile(tmp_path/'val.bin'), block_size=16, bs=2, shuffle=True, seed=0, batches=3)
+    first, second = [b[0] for b in dl], [b[0] for b in dl]
+    assert len(dl) == len(first) == len(second) == 3 and not torch.equal(torch.stack(first), torch.stack(second))
+
+@pytest.mark.parametrize('every', ['7 steps', '10 steps'])
+def test_a_run_from_raw_token_files_resumes_exactly(tmp_path, every):
+    "Training and validation from nanoGPT's .bin files, a checkpoint inside a pass (step 7) or at a validation (10): the resumed run is the straight one's, bit for bit"
+    from aisaac.shards import TokenFile, next_tokens
+    from aisaac.data import DataLoaders
+    nanogpt_bin(tmp_path/'train.bin'); nanogpt_bin(tmp_path/'val.bin', n=800, seed=1)
+    def run(d, resume=None):
+        torch.manual_seed(0)
+        dls = DataLoaders(ShardLoader(TokenFile(tmp_path/'train.bin', vocab_size=65), block_size=16, bs=4, shuffle=True, seed=1337, tfm=next_tokens),
+                          ShardLoader(TokenFile(tmp_path/'val.bin', vocab_size=65), block_size=16, bs=4, shuffle=True, seed=1, batches=2, tfm=next_tokens))
+        model = nn.Sequential(nn.Embedding(65, 16), nn.Dropout(0.1), nn.Linear(16, 65))
+        t = Trainer(dls, lambda p, y: F.cross_entropy(p.flatten(0, 1), y.flatten()), torch.optim.AdamW, model,
+                    callbacks=[BasicTrainCB(), CheckpointCB(d, every_n_epochs=None, every=every, keep_last=None)])
+        from aisaac.callbacks.metrics import MetricsCB
+        t.add_callbacks(MetricsCB(show=False))
+        t.fit(steps=25, valid_every=5, lr=1e-2, resume_from=resume)
+        return t
+    a = run(tmp_path/'a')
+    ckpt = sorted((tmp_path/'a').glob('*.pt'))[0]
+    b = run(tmp_path/'b', ckpt)
+    for p, q in zip(a.model.parameters(), b.model.parameters()): assert torch.equal(p, q)
+    assert a.history.get_metric_values('valid_loss') == b.history.get_metric_values('valid_loss')

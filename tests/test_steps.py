@@ -232,3 +232,34 @@ def _with_gen(pool):
     "`pool` drawing from a generator of its own, as its `generator` attribute (the checkpoints keep its state)"
     pool.generator = pool.gen = torch.Generator().manual_seed(1)
     return pool
+
+# ---------------------------------------------------------------- validating before the first step (nanoGPT evaluates at iter 0)
+def test_valid_first_validates_before_the_first_step_at_step_0():
+    "fit(steps=30, valid_every=8, valid_first=True): a validation of the untrained model at step 0, then the usual ones; the table's first row is step 0"
+    rows = []
+    grab = type('Grab', (Callback,), {'log_metrics': lambda self, tr, metrics: rows.append(dict(metrics))})()
+    t = make_trainer(callbacks=[rec := Steps(), grab])
+    with torch.no_grad():
+        x, y = torch.cat([b[0] for b in t.dls.valid]), torch.cat([b[1] for b in t.dls.valid])
+        untrained = nn.CrossEntropyLoss()(t.model.eval()(x), y).item()
+    t.fit(steps=30, valid_every=8, valid_first=True)
+    assert rec.passes == [(0, 8), (1, 16), (2, 24), (3, 30)]
+    assert t.history.get_metric_steps('valid_loss') == [0, 8, 16, 24, 30] and t.history.get_metric_steps('train_loss') == [8, 16, 24, 30]
+    assert t.history.get_metric_values('valid_loss')[0] == pytest.approx(untrained, abs=1e-6)
+    assert [m['step'] for m in rows] == [0, 8, 16, 24, 30] and list(rows[0]) == list(rows[1])  # the same columns: the train loss empty at step 0
+    assert rows[0]['train'] is None
+
+def test_valid_first_needs_a_run_of_steps_that_validates():
+    t = make_trainer()
+    with pytest.raises(ValueError, match='valid_first.*give `steps=`'): t.fit(2, valid_first=True)
+    with pytest.raises(ValueError, match='valid_first.*valid=False'): t.fit(steps=5, valid=False, valid_first=True)
+
+def test_valid_first_resumes_exactly_without_validating_again(tmp_path):
+    "A checkpoint at step 17 of a run that validated first: the resumed run (valid_first too) does not validate at 17, and ends as the straight run"
+    straight = make_trainer(callbacks=[CheckpointCB(tmp_path, every_n_epochs=None, every='17 steps', keep_last=None)])
+    straight.fit(steps=40, valid_every=12, valid_first=True)
+    resumed = make_trainer(callbacks=[CheckpointCB(tmp_path/'r', every_n_epochs=None, every='17 steps', keep_last=None)])
+    resumed.fit(steps=40, valid_every=12, valid_first=True, resume_from=checkpoints(tmp_path)[0])
+    a, b = result(straight), result(resumed)
+    for k in a['model']: assert torch.equal(a['model'][k], b['model'][k]), k
+    assert a['history'] == b['history'] and straight.history.get_metric_steps('valid_loss') == [0, 12, 24, 36, 40]

@@ -210,8 +210,11 @@ class GradClipCB(Callback):
         self.max_norm, self.norm_type, self.norm = max_norm, norm_type, None
 
     def before_fit(self, trainer):
-        "Collect the parameters the optimizer updates"
-        self.params = [p for group in trainer.opt.param_groups for p in group['params']]
+        "Collect the parameters the optimizer updates, in the model's order (the order of a hand-written loop's `clip_grad_norm_(model.parameters())`), then any others it holds"
+        held = {id(p): p for group in trainer.opt.param_groups for p in group['params']}
+        ordered = [p for p in trainer.model.parameters() if id(p) in held]
+        seen = {id(p) for p in ordered}
+        self.params = ordered + [p for p in held.values() if id(p) not in seen]  # (parameters outside the model: a loss's, an extra module's)
 
     def before_step(self, trainer):
         "Clip the gradients; keep their norm before clipping in `self.norm`"

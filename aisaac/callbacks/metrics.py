@@ -25,7 +25,12 @@ def _check_metric(name, m):
     return m
 
 _loss_names = {'train': 'train_loss', 'valid': 'valid_loss'}
-def _history_name(k): return _loss_names.get(k, f'{k}_loss' if k.endswith('/valid') else k)  # an evaluation set's: 'code/valid_loss'
+def _history_name(k): return _loss_names.get(k, f'{k}_loss' if k.endswith('/valid') else k)  # an evaluation set's: 'code/valid_loss' (or its `loss_name`)
+
+def _loss_cell(n, e):
+    "The row's cell of the loss of the evaluation set `e` named `n`: `'code/valid'` (recorded as 'code/valid_loss'), or the set's own `loss_name` ('train/loss')"
+    name = getattr(e, 'loss_name', 'valid_loss')
+    return f'{n}/valid' if name == 'valid_loss' else f'{n}/{name}'
 
 def _prefix(trainer):
     "The start of the names of this pass's loss and metrics: `'code/'` in the validation pass of the evaluation set 'code', else ''"
@@ -37,10 +42,10 @@ def _set_metrics(trainer, metrics):
     return {n: {k: _check_metric(f'{n}/{k}', m) for k, m in (copy.deepcopy(metrics) if e.metrics is None else e.metrics).items()}
             for n, e in getattr(trainer, 'eval_sets', {}).items()}
 
-def _with_sets(row, set_metrics):
+def _with_sets(row, set_metrics, loss_cells=None):
     "The epoch's row with a cell for each evaluation set's loss and metrics, after the others: `None` where the set was not evaluated this epoch"
     if not set_metrics: return row
-    cells = [c for n, ms in set_metrics.items() for c in (f'{n}/valid', *(f'{n}/{k}' for k in ms))]
+    cells = [c for n, ms in set_metrics.items() for c in ((loss_cells or {}).get(n, f'{n}/valid'), *(f'{n}/{k}' for k in ms))]
     return {k: v for k, v in row.items() if k not in cells} | {c: row.get(c) for c in cells}
 
 def _weights(ns):
@@ -113,6 +118,7 @@ class MetricsCB(Callback):
         self.losses_epoch, self.metrics_epoch, self.losses_batch = [], [], []
         self.row, self._mute, self._ended, self._passes, self._gathered, self._in_pass = {}, False, False, None, False, False
         self.set_metrics, self._valid = {}, self.metrics  # each evaluation set's metrics, made when a fit starts; this validation pass's
+        self._loss_cells = {}  # each evaluation set's cell of its loss in the row, by its name ('code/valid', or 'train/loss')
         self._reset()
 
     def before_fit(self, trainer):
@@ -123,6 +129,7 @@ class MetricsCB(Callback):
         self._reset()
         self._gathered = any(getattr(cb, 'gathers_predictions', False) for cb in trainer.cbs)  # (`AccelerateCB`: the validation pass's are whole)
         self.set_metrics, self._valid = _set_metrics(trainer, self.metrics), self.metrics  # (an evaluation set's pass: its own, `_valid`)
+        self._loss_cells = {n: _loss_cell(n, e) for n, e in getattr(trainer, 'eval_sets', {}).items()}
         sets = {f'{n}/{k}': m for n, ms in self.set_metrics.items() for k, m in ms.items()}
         _warn_alone(self.train_metrics | ({} if self._gathered else self.metrics | sets))
 
@@ -192,13 +199,14 @@ class MetricsCB(Callback):
         "Read the pass's loss and metrics once (`together`: over every process's data), keep them, and log the epoch when it is complete (or `final`)"
         self._ended, self._in_pass, losses, training = True, False, self._pass_losses(), trainer.training
         prefix, values = _prefix(trainer), losses.tolist()
-        split = 'train' if training else prefix + 'valid'  # an evaluation set's pass: 'code/valid'
+        split = 'train' if training else self._loss_cells[prefix[:-1]] if prefix else 'valid'  # an evaluation set's pass: 'code/valid' (or its `loss_name`)
         if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
-        trainer.history.extend_metric(f'{split}_loss', values, per='batch')  # (each process its own batches)
+        trainer.history.extend_metric(_history_name(split), values, per='batch')  # (each process its own batches)
         sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
             self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
+            if not training and trainer.do_train: self.row |= dict.fromkeys(['train', *self.train_metrics])  # a validation before training (`valid_first`): the row's columns still come in their order
         ms = self.train_metrics if trainer.training else self._valid
         if together and _world_size() > 1 and (training or not self._gathered): self.row[split], found = _whole(trainer, losses, sizes, ms)
         else:
@@ -244,9 +252,9 @@ class MetricsCB(Callback):
             else: m.reset()
 
     def _log(self, trainer):
-        row, self.row = _with_sets(self.row, self.set_metrics), {}
-        self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if k in row})
-        names = [k for k in (*self.train_metrics, *self.metrics) if k in row]
+        row, self.row = _with_sets(self.row, self.set_metrics, getattr(self, '_loss_cells', None)), {}
+        self.losses_epoch.append({k: row[k] for k in ('train', 'valid') if row.get(k) is not None})
+        names = [k for k in (*self.train_metrics, *self.metrics) if row.get(k) is not None]
         if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
         values = {_history_name(k): v for k, v in row.items() if k not in ('epoch', 'step') and v is not None}  # in the row's order: train, then valid
         for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)

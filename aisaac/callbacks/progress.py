@@ -44,7 +44,10 @@ class ProgressCB(Callback):
     def before_epoch(self, trainer):
         "Note when the epoch starts (for `times`); wrap the loader in a bar"
         if first_pass(trainer): self.epoch_start = time.monotonic()
-        if self.bars: trainer.dl = progress_bar(trainer.dl, leave=False, parent=self.mbar)
+        if not self.bars: return
+        try: total = len(trainer.dl)
+        except TypeError: total = 'noinfer'  # a loader without a length (an evaluation set's generator): a bar that counts, with no end
+        trainer.dl = progress_bar(trainer.dl, total=total, leave=False, parent=self.mbar)
 
     def after_batch(self, trainer):
         "Keep the training loss for the graph; show the loss and redraw now and then"

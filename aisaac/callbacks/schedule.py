@@ -6,7 +6,8 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/schedule.html.md"""
 
 # %% auto #0
 __all__ = ['BaseSchedulerCB', 'BatchSchedulerCB', 'EpochSchedulerCB', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB',
-           'OneCycleSchedulerCB', 'warmup_cosine', 'WarmupCosineSchedulerCB', 'PlateauSchedulerCB', 'UnfreezeCB']
+           'OneCycleSchedulerCB', 'warmup_cosine', 'warmup_cosine_rate', 'WarmupCosineLR', 'WarmupCosineSchedulerCB',
+           'PlateauSchedulerCB', 'UnfreezeCB']
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #aa84d324
 import functools, inspect, math
@@ -135,30 +136,92 @@ class OneCycleSchedulerCB(BatchSchedulerCB):
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #16580c08
 def warmup_cosine(step:int, # the optimizer steps taken
-                  total:int, # the optimizer steps of the whole schedule
+                  total:int, # the step at which the cosine reaches `final` (the schedule's length); it stays there after
                   warmup:int, # the steps of the linear warm-up
                   final:float=0.1): # the multiplier at the end
-    "The learning-rate multiplier after `step` steps: linear warm-up over `warmup` steps, then a half cosine down to `final` at `total`"
+    "The learning-rate multiplier after `step` steps: linear warm-up over `warmup` steps, then a half cosine down to `final` at `total`, and `final` after"
     if step < warmup: return (step + 1) / warmup
     progress = min(1., (step - warmup) / max(1, total - warmup))
     return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * progress))
 
+def warmup_cosine_rate(step:int, # the optimizer steps taken
+                       lr:float, # the peak rate
+                       warmup:int, # the steps of the linear warm-up
+                       decay:int, # the step at which the cosine reaches `min_lr`; after it, `min_lr`
+                       min_lr:float, # the floor
+                       warmup_form:str='nanogpt'): # `'nanogpt'`: the warm-up is `lr * (step + 1) / (warmup + 1)`; `'aisaac'`: over `warmup`
+    "The rate of step `step` in nanoGPT's arithmetic (`get_lr` in its train.py): linear warm-up, a half cosine from `lr` to `min_lr` at `decay`, `min_lr` after"
+    if step < warmup: return lr * (step + 1) / (warmup + (warmup_form == 'nanogpt'))
+    if step > decay: return min_lr
+    ratio = (step - warmup) / max(1, decay - warmup)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
+    return min_lr + coeff * (lr - min_lr)
+
+class WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
+    "The scheduler of `WarmupCosineSchedulerCB`: each group's rate at a step is `warmup_cosine`'s multiplier times its peak, or `warmup_cosine_rate` (nanoGPT's form, a `min_lr`)"
+    def __init__(self, optimizer, # the fit's optimizer
+                 warmup:int, # the steps of the warm-up
+                 decay:int, # the step at which the cosine reaches the floor
+                 final:float=0.1, # the floor as a fraction of each group's peak (when `min_lr` is `None`)
+                 min_lr:float=None, # the floor as a rate, the same for every group
+                 warmup_form:str='aisaac', # `'aisaac'` or `'nanogpt'` (see `WarmupCosineSchedulerCB`)
+                 last_epoch:int=-1): # as every PyTorch scheduler's
+        self.warmup, self.decay, self.final, self.min_lr, self.warmup_form = warmup, decay, final, min_lr, warmup_form
+        super().__init__(optimizer, last_epoch)
+
+    def rate(self, step:int, # the optimizer steps taken
+             lr:float): # the group's peak rate
+        "The rate of a group of peak `lr` at `step`"
+        if self.min_lr is None and self.warmup_form == 'aisaac': return lr * warmup_cosine(step, self.decay, self.warmup, self.final)  # (as ever)
+        return warmup_cosine_rate(step, lr, self.warmup, self.decay, lr * self.final if self.min_lr is None else self.min_lr, self.warmup_form)
+
+    def get_lr(self):
+        "Each group's rate at the current step"
+        return [self.rate(self.last_epoch, lr) for lr in self.base_lrs]
+
+def _steps_of(n, total, name):
+    "A number of steps, or a fraction (below 1) of the fit's `total`"
+    return n if isinstance(n, int) else round(n * total)
+
+def _check_steps_arg(v, name, what, none=False):
+    if none and v is None: return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (isinstance(v, float) and v >= 1):
+        raise ValueError(f"`{name}` is {what}: a number of steps, or a fraction of the fit's steps below 1 (got {v!r}): e.g. 100 or 0.05")
+
 class WarmupCosineSchedulerCB(BatchSchedulerCB):
-    "Linear warm-up to the fit's `lr`, then cosine decay to `final` times it, one move per optimizer step, over the fit's steps"
+    "Linear warm-up to the fit's `lr`, then a half cosine down to a floor (`final` times it, or `min_lr`) at step `decay` (default: the fit's end), one move per optimizer step"
     def __init__(self, warmup=0.05, # steps of warm-up: a number of steps, or a fraction (below 1) of the fit's steps
-                 final:float=0.1): # the learning rate at the end, as a fraction of the fit's `lr`
-        if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or warmup < 0 or (isinstance(warmup, float) and warmup >= 1):
-            raise ValueError(f"`warmup` is a number of steps or a fraction of the fit's steps below 1 (got {warmup!r}): e.g. 100 or 0.05")
-        if not 0 <= final <= 1: raise ValueError(f"`final` is a fraction of the fit's learning rate, between 0 and 1 (got {final!r})")
-        super().__init__(torch.optim.lr_scheduler.LambdaLR)
-        self.warmup, self.final = warmup, final
+                 final:float=None, # the floor, as a fraction of the fit's `lr` (each group's); default 0.1
+                 decay=None, # the step at which the cosine reaches the floor, counted from the fit's start (nanoGPT's `lr_decay_iters`); a number or a fraction of the fit's steps; `None`: the fit's steps
+                 min_lr:float=None, # the floor as a rate (nanoGPT's `min_lr`), instead of `final`
+                 warmup_form:str='aisaac'): # `'aisaac'`: rate (s+1)/warmup, the peak at the warm-up's last step; `'nanogpt'`: (s+1)/(warmup+1), nanoGPT's `get_lr`
+        _check_steps_arg(warmup, 'warmup', 'the steps of the warm-up')
+        _check_steps_arg(decay, 'decay', "the step at which the cosine reaches the floor", none=True)
+        if final is not None and min_lr is not None:
+            raise ValueError(f"The floor is either `final` (a fraction of the fit's rate) or `min_lr` (a rate), not both (got final={final!r}, min_lr={min_lr!r})")
+        if final is not None and not 0 <= final <= 1: raise ValueError(f"`final` is a fraction of the fit's learning rate, between 0 and 1 (got {final!r})")
+        if min_lr is not None and (isinstance(min_lr, bool) or not isinstance(min_lr, (int, float)) or min_lr < 0):
+            raise ValueError(f"`min_lr` is the rate the schedule ends at, 0 or more (got {min_lr!r}); `final` gives it as a fraction of the fit's rate")
+        if warmup_form not in ('aisaac', 'nanogpt'):
+            raise ValueError(f"`warmup_form` is 'aisaac' (rate (s+1)/warmup) or 'nanogpt' ((s+1)/(warmup+1), as nanoGPT's get_lr) (got {warmup_form!r})")
+        super().__init__(WarmupCosineLR)
+        self.warmup, self.final, self.decay, self.min_lr, self.warmup_form = warmup, 0.1 if final is None and min_lr is None else final, decay, min_lr, warmup_form
 
     def make_scheduler(self, trainer):
-        "`LambdaLR` with `warmup_cosine` over the fit's optimizer steps"
+        "A `WarmupCosineLR` over the fit's optimizer steps: the warm-up's and the decay's steps counted in them"
         total = _planned(trainer, type(self).__name__)
-        w = self.warmup if isinstance(self.warmup, int) else round(self.warmup * total)
-        self.total, self.warmup_steps = total, max(1, w)
-        return self.scheduler_func(trainer.opt, functools.partial(warmup_cosine, total=total, warmup=self.warmup_steps, final=self.final))
+        self.total, self.warmup_steps = total, max(1, _steps_of(self.warmup, total, 'warmup'))
+        if self.warmup_form == 'nanogpt': self.warmup_steps = _steps_of(self.warmup, total, 'warmup')  # (nanoGPT's has no warm-up at 0)
+        self.decay_steps = total if self.decay is None else _steps_of(self.decay, total, 'decay')
+        if self.decay is not None and self.decay_steps <= self.warmup_steps and self.decay_steps:
+            raise ValueError(f"WarmupCosineSchedulerCB decays over {self.decay_steps} steps from the fit's start, within its warm-up of {self.warmup_steps}: "
+                             f"give a `decay` after the warm-up (nanoGPT's lr_decay_iters > warmup_iters), e.g. decay={self.warmup_steps + total}")
+        if self.min_lr is not None:
+            for i, g in enumerate(trainer.opt.param_groups):
+                if g['lr'] < self.min_lr:
+                    raise ValueError(f"min_lr={self.min_lr:g} is above the peak rate {g['lr']:g} of parameter group {i}: the schedule would rise to its "
+                                     f"floor. Give a smaller `min_lr`, or `final=` (a fraction of each group's rate)")
+        return self.scheduler_func(trainer.opt, self.warmup_steps, self.decay_steps, self.final, self.min_lr, self.warmup_form)
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #8aeadf27
 class PlateauSchedulerCB(BaseSchedulerCB):
