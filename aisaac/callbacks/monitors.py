@@ -10,7 +10,7 @@ __all__ = ['LRMonitorCB', 'SpeedMonitorCB', 'RuntimeEstimatorCB', 'GradNormCB', 
 # %% ../../nbs/callbacks/68_monitors.ipynb #c18560a0
 import collections, os, time, warnings
 import torch
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from ..core.callback import Callback
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #18346ea3
