@@ -16,8 +16,16 @@ TEXT_DIR  ?= /usr/share/games/fortunes
 WORDNET_DIR ?= /usr/share/wordnet
 N_WORKERS ?= 2
 DEMO_ARGS ?=
-# Options for pytest in `make pytest` (`make test-fast` passes -m "not slow").
+# Options for pytest in `make pytest`, and a marker expression that selects the tests (`make test-fast`: PYTEST_MARK="not slow").
+# The tests marked `serial` (2 processes at once: torchrun) run one at a time after the others, which run on PYTEST_WORKERS
+# processes (pytest-xdist; 1: none).
 PYTEST_ARGS ?=
+PYTEST_MARK ?=
+PYTEST_WORKERS ?= 2
+# The notebooks that tests/test_notebooks.py runs in a Jupyter kernel and checks against their saved outputs (its FAST):
+# `make test` (SKIP_KERNEL_NBS=1) leaves them to it rather than running them twice; `make nbtest` and `make test-fast` run them.
+KERNEL_NBS ?= ^(callbacks|custom_callbacks|coming_from_pytorch_accelerated)\.ipynb$$
+NBTEST_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
 # scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
 NBS       ?=
@@ -113,7 +121,7 @@ demo: setup ## train the tutorial's model on full Fashion-MNIST (3 epochs), save
 test: setup ## all tests: export and README checks, nbdev-test on every notebook, pytest, then the docs check
 	@$(MAKE) --no-print-directory check-export
 	@$(MAKE) --no-print-directory check-readme
-	@$(MAKE) --no-print-directory nbtest
+	@$(MAKE) --no-print-directory nbtest SKIP_KERNEL_NBS=1
 	@$(MAKE) --no-print-directory pytest
 	@$(MAKE) --no-print-directory docs-check
 
@@ -123,7 +131,7 @@ test-fast: setup ## the quick loop: export and README checks, nbdev-test on ever
 	@$(MAKE) --no-print-directory check-export
 	@$(MAKE) --no-print-directory check-readme
 	@$(MAKE) --no-print-directory nbtest
-	@$(MAKE) --no-print-directory pytest PYTEST_ARGS='-m "not slow"'
+	@$(MAKE) --no-print-directory pytest PYTEST_MARK='not slow'
 
 # nbdev-export must leave aisaac/ unchanged: the modules are generated from nbs/.
 check-export: venv
@@ -147,12 +155,19 @@ check-readme: venv
 	$(PY) scripts/readme_sync.py --check
 
 nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped)
-	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing
+	$(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing $(if $(SKIP_KERNEL_NBS),--skip-file-re '$(KERNEL_NBS)') $(NBTEST_ARGS)
 
-pytest: venv ## run the pytest suite in tests/ (PYTEST_ARGS: more options, e.g. '-x --lf' to rerun the last failures first)
-	@rc=0; $(BIN)/pytest -q $(PYTEST_ARGS) tests || rc=$$?; \
-	if [ $$rc = 5 ]; then echo "!!! pytest collected no tests in tests/"; fi; \
-	exit $$rc
+# Two passes: every test but those marked `serial`, on PYTEST_WORKERS processes; then the `serial` ones, one at a time.
+# Exit code 5 (nothing selected) is an error only when neither pass ran a test.
+pytest: venv ## run the pytest suite in tests/ on both cores, then the 2-process tests (PYTEST_ARGS: more options, e.g. '-x'; PYTEST_MARK: e.g. 'not slow')
+	@mark='$(PYTEST_MARK)'; and=$${mark:+ and ($$mark)}; \
+	xdist=$$([ "$(PYTEST_WORKERS)" -gt 1 ] && echo "-n $(PYTEST_WORKERS) --dist loadfile"); \
+	echo ">>> pytest: the tests not marked serial$${xdist:+, on $(PYTEST_WORKERS) processes}"; \
+	rc1=0; $(BIN)/pytest -q $$xdist -m "not serial$$and" $(PYTEST_ARGS) tests || rc1=$$?; \
+	echo ">>> pytest: the tests marked serial (2 processes each), one at a time"; \
+	rc2=0; $(BIN)/pytest -q -m "serial$$and" $(PYTEST_ARGS) tests || rc2=$$?; \
+	if [ $$rc1 = 5 ] && [ $$rc2 = 5 ]; then echo "!!! pytest collected no tests in tests/"; exit 5; fi; \
+	for rc in $$rc1 $$rc2; do if [ $$rc != 0 ] && [ $$rc != 5 ]; then exit $$rc; fi; done
 
 docs-check: venv ## the docs site: nbdev processes every notebook, pages render, no dead link, tutorials show outputs
 	$(PY) scripts/docs.py check

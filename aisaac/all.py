@@ -162,3 +162,7 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]
+
+# %% ../nbs/99_all.ipynb #fb3941bd
+_users_names = {'GPT', 'GPTConfig', 'GPTBlock', 'Block', 'CausalSelfAttention', 'MLP', 'LayerNorm', 'Model'}  # (a user's model file defines them)
+__all__ = [name for name in __all__ if name not in _users_names]

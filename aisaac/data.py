@@ -17,13 +17,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset, default_collate
-import datasets
-from datasets import Dataset, DatasetDict, Features, ClassLabel, Image
-from datasets.fingerprint import Hasher
+from .utils import LazyModule, LazyObject
 from fastcore.basics import store_attr, patch
 from . import __version__
 from .dispatch import CallbackMixin
 from .loaders import EpochPlace
+
+# %% ../nbs/30_data.ipynb #56e1d93e
+# Hugging Face `datasets` (a second to import) is imported at its first use, not with aisaac: `LazyModule`, `LazyObject`
+datasets = LazyModule('datasets')
+Dataset, DatasetDict, Features, ClassLabel, Image = (LazyObject('datasets', n) for n in ('Dataset', 'DatasetDict', 'Features', 'ClassLabel', 'Image'))
+Hasher = LazyObject('datasets.fingerprint', 'Hasher')
 
 # %% ../nbs/30_data.ipynb #f821db0d
 _idx_dtypes = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
@@ -59,7 +63,7 @@ def find_idx(path): # folder that may hold the Fashion-MNIST IDX files
 
 # %% ../nbs/30_data.ipynb #1cb94851
 fashion_classes = ['T - shirt / top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot']
-fashion_features = Features({'image': Image(), 'label': ClassLabel(names=fashion_classes)})
+fashion_features = LazyObject(make=lambda: Features({'image': Image(), 'label': ClassLabel(names=fashion_classes)}))  # (made at its first use)
 
 # %% ../nbs/30_data.ipynb #ed1d87a7
 def _png_chunk(tag, data): return struct.pack('>I', len(data)) + tag + data + struct.pack('>I', zlib.crc32(tag + data))

@@ -14,15 +14,21 @@ from concurrent import futures
 from pathlib import Path
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict, set_state_dict)
-from torch.distributed.tensor import DTensor
+from .utils import LazyModule, LazyObject
 from fastcore.basics import patch
 from .core.dispatch import with_cbs
 from .ranks import _all_ok, _rank, _world_size
 from .persist import (CheckpointEngine, CheckpointError, CheckpointWriteError, atomic_save, fsync_dir, is_main_process,
                       snapshot, unwrap_model, verify, _torch_load)
+
+# %% ../nbs/29_dcp.ipynb #2d606fc6
+# torch.distributed.checkpoint (a second to import) is imported at the first sharded checkpoint, not with aisaac; `isinstance(p, DTensor)`
+# is False without an import while torch.distributed.tensor is not imported (no tensor can be a DTensor then)
+dcp = LazyModule('torch.distributed.checkpoint')
+StateDictOptions, get_state_dict, set_model_state_dict, set_optimizer_state_dict, set_state_dict = (
+    LazyObject('torch.distributed.checkpoint.state_dict', n)
+    for n in ('StateDictOptions', 'get_state_dict', 'set_model_state_dict', 'set_optimizer_state_dict', 'set_state_dict'))
+DTensor = LazyObject('torch.distributed.tensor', 'DTensor')
 
 # %% ../nbs/29_dcp.ipynb #c7977a8e
 def is_sharded(model:torch.nn.Module): # a model, maybe wrapped

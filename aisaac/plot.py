@@ -11,8 +11,10 @@ __all__ = ['show_image', 'subplots', 'get_grid', 'show_images']
 import math
 from itertools import zip_longest
 import numpy as np
-import matplotlib.pyplot as plt
-from fastcore.meta import delegates
+from .utils import LazyModule, delegates_lazily
+
+# %% ../nbs/01_plot.ipynb #ae3c76aa
+plt = LazyModule('matplotlib.pyplot')  # imported at the first plot, not with aisaac
 
 # %% ../nbs/01_plot.ipynb #9393d1c0
 def _to_array(im):
@@ -24,7 +26,7 @@ def _to_array(im):
     else: im = np.asarray(im)
     return im[..., 0] if im.ndim == 3 and im.shape[-1] == 1 else im
 
-@delegates(plt.Axes.imshow)
+@delegates_lazily('matplotlib.axes:Axes.imshow')
 def show_image(im, # a tensor (C×H×W or H×W), an array or a PIL image
                ax=None, # the axes to draw on; default: a new figure
                figsize:tuple=None, # size of the new figure, in inches
@@ -40,7 +42,7 @@ def show_image(im, # a tensor (C×H×W or H×W), an array or a PIL image
     return ax
 
 # %% ../nbs/01_plot.ipynb #a0027dc1
-@delegates(plt.subplots, keep=True)
+@delegates_lazily('matplotlib.pyplot:subplots', keep=True)
 def subplots(nrows:int=1, # rows of axes
              ncols:int=1, # columns of axes
              figsize:tuple=None, # size of the figure in inches; default `imsize` inches per axes
@@ -55,7 +57,7 @@ def subplots(nrows:int=1, # rows of axes
     return fig, (np.array([axs]) if nrows * ncols == 1 else axs)
 
 # %% ../nbs/01_plot.ipynb #fbeec299
-@delegates(subplots)
+@delegates_lazily(subplots)
 def get_grid(n:int, # number of axes needed
              nrows:int=None, # rows; default `int(sqrt(n))`, or enough for `ncols` columns
              ncols:int=None, # columns; default enough for `nrows` rows
@@ -74,7 +76,7 @@ def get_grid(n:int, # number of axes needed
     return fig, axs
 
 # %% ../nbs/01_plot.ipynb #09b7cf1a
-@delegates(get_grid, but=['n'])
+@delegates_lazily(get_grid, but=['n'])
 def show_images(ims:list, # the images: a list, or a batch tensor (N×C×H×W)
                 nrows:int=None, # rows of the grid
                 ncols:int=None, # columns of the grid; default: as square as possible

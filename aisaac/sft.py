@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 import torch
-from datasets import Dataset, DatasetDict
+from .data import Dataset, DatasetDict  # Hugging Face's, imported at their first use
 from .data import DataLoaders, TensorLoader, DataNotFoundError
 from .models import GPT
 from .text import as_tokenizer, split_names, check_vocab

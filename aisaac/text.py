@@ -15,8 +15,7 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 import torch
-import datasets
-from datasets import Dataset, DatasetDict
+from .data import datasets, Dataset, DatasetDict  # Hugging Face's, imported at their first use
 from .data import DataLoaders, TensorLoader, DataNotFoundError, cache_dir, _write_cache
 from .shards import ShardError, ShardLoader, TokenShards, write_token_shards
 

@@ -6,12 +6,13 @@ Docs: https://aisaac-dev.github.io/aisaac/utils.html.md"""
 
 # %% auto #0
 __all__ = ['def_device', 'default_device', 'exact_device', 'to_device', 'to_cpu', 'set_seed', 'is_main_process',
-           'wait_for_everyone', 'try_print', 'inplace']
+           'wait_for_everyone', 'try_print', 'inplace', 'LazyModule', 'LazyObject', 'LazySignature', 'delegates_lazily']
 
 # %% ../nbs/00_utils.ipynb #ab2628c0
-import random, functools, sys
+import random, functools, sys, importlib, inspect, types
 import numpy as np
 import torch
+from fastcore.meta import delegates
 
 # %% ../nbs/00_utils.ipynb #313dd7bc
 def default_device():
@@ -87,3 +88,80 @@ def inplace(f): # a function that changes its one argument and returns nothing
         f(b)
         return b
     return _f
+
+# %% ../nbs/00_utils.ipynb #4722cfbe
+class LazyModule:
+    "The module `name`, imported when one of its attributes is first read: `plt = LazyModule('matplotlib.pyplot')` costs nothing until `plt.subplots()`"
+    def __init__(self, name:str): # the module's full name, e.g. `'matplotlib.pyplot'`
+        self.__dict__['_name'] = name
+    def __getattr__(self, attr):
+        mod = self.__dict__.get('_module') or self.__dict__.setdefault('_module', importlib.import_module(self._name))
+        return getattr(mod, attr)
+    def __dir__(self): return dir(importlib.import_module(self._name))
+    def __repr__(self): return f"LazyModule({self._name!r}, {'imported' if '_module' in self.__dict__ else 'not imported yet'})"
+
+# %% ../nbs/00_utils.ipynb #d2d27a43
+class LazyObject:
+    "`module.name`, or what `make()` returns, imported (made) the first time it is used: called, read, indexed, compared, subclassed, or tested with `isinstance`"
+    def __init__(self, module:str=None, # the module that defines it, e.g. `'datasets'`
+                 name:str=None, # its name there, e.g. `'Dataset'`
+                 make=None): # instead of `module` and `name`: a function of no argument that makes the object
+        vars(self).update(_module=module, _name=name, _make=make)
+    def _real(self):
+        d = vars(self)
+        if '_obj' not in d: d['_obj'] = d['_make']() if d['_make'] else getattr(importlib.import_module(d['_module']), d['_name'])
+        return d['_obj']
+    def _exists(self): return '_obj' in vars(self) or (self._module is not None and self._module in sys.modules)
+    __class__ = property(lambda self: type(self._real()))  # (so that `isinstance(lazy, dict)` is the object's answer)
+    def __getattr__(self, attr): return getattr(self._real(), attr)
+    def __call__(self, *args, **kwargs): return self._real()(*args, **kwargs)
+    def __instancecheck__(self, obj): return self._exists() and isinstance(obj, self._real())  # (no object of a module not imported)
+    def __subclasscheck__(self, cls): return self._exists() and issubclass(cls, self._real())
+    def __mro_entries__(self, bases): return (self._real(),)
+    def __getitem__(self, key): return self._real()[key]
+    def __iter__(self): return iter(self._real())
+    def __len__(self): return len(self._real())
+    def __contains__(self, key): return key in self._real()
+    def __bool__(self): return bool(self._real())
+    def __eq__(self, other): return self._real() == other
+    def __hash__(self): return hash(self._real())
+    def __repr__(self): return repr(self._real()) if self._exists() else f"LazyObject({self._module!r}, {self._name!r}, make={self._make!r})"
+    def __reduce__(self): return (LazyObject, (self._module, self._name, self._make))
+
+# %% ../nbs/00_utils.ipynb #1041f14b
+class LazySignature(inspect.Signature):
+    "An `inspect.Signature` that `make()` computes the first time it is read"
+    __slots__ = ('_make', '_sig')
+    def __init__(self, make): # a function of no argument that returns the `inspect.Signature`
+        self._make, self._sig = make, None
+    def _real(self):
+        if self._sig is None: self._sig = self._make()
+        return self._sig
+    _parameters = property(lambda self: self._real().parameters)
+    _return_annotation = property(lambda self: self._real().return_annotation)
+    def replace(self, **kwargs): # `parameters`, `return_annotation`, as `inspect.Signature.replace` takes them
+        "The signature with `kwargs` replaced, as a plain `inspect.Signature`"
+        return self._real().replace(**kwargs)
+    def __reduce__(self): return self._real().__reduce__()
+
+def _named(to):
+    "The function `to`, or the one that `'module:name.attr'` names (its module imported)"
+    if not isinstance(to, str): return to
+    mod, _, qual = to.partition(':')
+    return functools.reduce(getattr, qual.split('.'), importlib.import_module(mod))
+
+def delegates_lazily(to, # the function that gets `**kwargs`: itself, or `'module:name'` (e.g. `'matplotlib.pyplot:subplots'`), imported when the signature is first read
+                     keep:bool=False, # keep `**kwargs` in the signature too
+                     but:list=None): # parameters of `to` to leave out
+    "fastcore's `delegates`, done when the signature is first read: the module of `to` is not imported with the one that uses it"
+    def deco(f):
+        def make():
+            shim = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+            shim.__kwdefaults__, shim.__annotations__, shim.__doc__ = f.__kwdefaults__, dict(f.__annotations__), f.__doc__
+            delegates(_named(to), keep=keep, but=but)(shim)
+            f.__annotations__.update(shim.__annotations__)
+            if hasattr(shim, '__delwrap__'): f.__delwrap__ = shim.__delwrap__  # (fastcore's docments reads the parameters' comments there)
+            return shim.__signature__
+        f.__signature__ = LazySignature(make)
+        return f
+    return deco

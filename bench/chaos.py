@@ -7,9 +7,11 @@ one-cycle schedule, `MetricsCB`, `CheckpointCB(every='5 steps', every_n_epochs=N
 per validation), a `JSONLinesLogger` (every value it is sent), a `ResultsFileCB` and (when tensorboard is installed) a
 `TensorBoardLogger`, resumed with `resume_from=last_checkpoint(dir)`. At the end it writes the weights, the optimizer's state and the history to `final.pt`.
 
-A trial: start the run in a fresh folder; once it has started training (it says so on stdout), wait a time drawn
-uniformly over what is left of its training (the uninterrupted run's training time, less the part that the newest
-checkpoint holds) and SIGKILL it; restart it, and again, `--kills` times; then let it finish. A kill that leaves a temporary file beside the checkpoints fell inside a checkpoint write. The trial is compared
+A trial: start the run in a fresh folder; once it has started training (it says so on stdout), read its progress (a line
+per training batch: `step N`) up to a point drawn uniformly over what is left of its training, wait up to one checkpoint
+interval more at the pace the run goes then, and SIGKILL it; restart it, and again, `--kills` times; then let it finish.
+The kills fall at points of the run's own progress, so a loaded machine changes where they fall no more than a quiet one
+(before 2026-12: instants drawn from the reference run's time, all after the end of a run slowed by the load). A kill that leaves a temporary file beside the checkpoints fell inside a checkpoint write. The trial is compared
 with the uninterrupted run: the final weights and optimizer state bit for bit, the history, the CSV and JSON-lines files
 line for line (rows lost: in the reference, not in the trial; duplicated: in the trial more often than in the reference),
 the results file's records (one run, the same events and metrics; its times differ) and TensorBoard's scalars as
@@ -115,6 +117,8 @@ def child(out:Path, steps:int):
     torch.set_num_threads(1)
     class Ready(Callback):
         def before_fit(self, t): print('ready', flush=True)
+        def after_batch(self, t):
+            if t.model.training: print(f'step {t.clock.step}', flush=True)  # the run's progress: the trial kills by it
     try:
         from aisaac.callbacks.trackers import TensorBoardLogger
         tb = [TensorBoardLogger(out/'tb')]
@@ -150,6 +154,8 @@ def child_ddp(out:Path, steps:int):
             out.mkdir(parents=True, exist_ok=True); (out/f'pid_{rank}').write_text(str(os.getpid()))
             dist.barrier()
             if rank == 0: print('ready', flush=True)
+        def after_batch(self, t):
+            if rank == 0 and t.model.training: print(f'step {t.clock.step}', flush=True)  # the run's progress: the trial kills by it
     set_seed(0)
     x, y, xv, yv = synthetic(torch)
     dl = lambda ds, bs: DataLoader(ds, bs, sampler=DistributedSampler(ds, shuffle=False))
@@ -170,7 +176,11 @@ def start(out, steps):
     if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps), '--loader', LOADER, *flags]
     else: cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(PROCS), __file__,
                  '--child', str(out), '--steps', str(steps), '--procs', str(PROCS), *flags]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out.mkdir(parents=True, exist_ok=True)
+    err = open(out/'stderr.txt', 'w')  # (a file: a pipe left unread while the trial waits would fill and stop the run)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+
+def stderr(out): return (out/'stderr.txt').read_text()
 
 def kill(p, out, rng):
     "SIGKILL the run: its one process, or (several) one of them drawn at random; then wait for the run to end"
@@ -178,7 +188,7 @@ def kill(p, out, rng):
     else:
         try: os.kill(int((out/f'pid_{rng.randrange(PROCS)}').read_text()), signal.SIGKILL)
         except (ProcessLookupError, FileNotFoundError, ValueError): pass
-    try: p.communicate(timeout=120)
+    try: p.communicate(timeout=300)
     except subprocess.TimeoutExpired:  # torchrun did not stop the other process: a hang
         os.killpg(p.pid, signal.SIGKILL); p.communicate()
         return 'hang'
@@ -186,44 +196,51 @@ def kill(p, out, rng):
 def run_once(out, steps):
     "An uninterrupted run; its training time (from 'ready' to the end)"
     p = start(out, steps)
-    assert p.stdout.readline().strip() == 'ready', p.stderr.read()
+    assert p.stdout.readline().strip() == 'ready', (p.wait(), stderr(out))
     t0 = time.perf_counter()
-    _, err = p.communicate()
-    if p.returncode: raise SystemExit(f"the uninterrupted run failed:\n{err[-3000:]}")
+    p.communicate()
+    if p.returncode: raise SystemExit(f"the uninterrupted run failed:\n{stderr(out)[-3000:]}")
     return time.perf_counter() - t0
 
-def done(out, steps):
-    "The part of the run that the newest checkpoint holds (0 to 1): in `out/ckpt`, or (`--upload`) of those uploaded"
-    import torch
-    from aisaac.callbacks.savers import checkpoints
-    folder = out/('remote' if UPLOAD else 'ckpt')
-    for p in reversed(checkpoints(folder) if folder.exists() else []):
-        try: return torch.load(p, weights_only=True)['clock']['step'] / steps
-        except Exception: pass  # (a damaged one: the run skips it too)
-    return 0.
+def progress(p, steps, rng):
+    """Read the run's progress lines (`step N`, one per training batch) up to a point drawn over what is left of its training,
+    then wait up to one checkpoint interval more at the pace this run goes now: the kill falls at a point of the run's own
+    progress, however loaded the machine (an instant drawn from the reference run's time fell after the end of a run slowed
+    by the load: 0 kills). Nothing is read from the checkpoints' folder, which `keep_last` empties as the run goes. Whether
+    the run still runs (False: it ended first)"""
+    share, extra = rng.uniform(0, 0.8), rng.random()  # (drawn first: the same draws whatever the pace)
+    target, times = None, []
+    for line in p.stdout:
+        if not line.startswith('step '): continue
+        step = int(line.split()[1]); times.append(time.perf_counter())
+        if target is None: target = step + round(share * (steps - step))  # (the first line: where the (re)start resumed)
+        if step >= target: break
+    else: return False
+    pace = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.  # seconds per step of this run, now
+    time.sleep(extra * pace * int(EVERY.split()[0]))
+    return p.poll() is None
 
-def trial(out, steps, kills, train_secs, rng):
-    "Kill the run `kills` times at random instants of its training, restarting it each time; then let it end. Its record"
+def trial(out, steps, kills, rng):
+    "Kill the run `kills` times at random points of its training (`progress`), restarting it each time; then let it end. Its record"
     rec = {'kills': 0, 'in_write': 0, 'in_upload': 0, 'restarts': 0, 'errors': []}
     while True:
         if UPLOAD and rec['restarts']: shutil.rmtree(out/'ckpt', ignore_errors=True)  # the restart is on a machine without the local checkpoints
         p = start(out, steps)
         line = p.stdout.readline().strip()
         if line != 'ready':  # it could not start: a checkpoint it could not resume, say
-            _, err = p.communicate()
+            p.communicate(); err = stderr(out)
             rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}')
             return rec
         if rec['kills'] < kills:
-            time.sleep(rng.uniform(0, 0.8 * train_secs * (1 - done(out, steps))))  # (0.8: a run can be faster than the reference)
-            if p.poll() is None:
+            if progress(p, steps, rng):
                 if kill(p, out, rng) == 'hang': rec['errors'].append('a process hung after the other was killed')
                 rec['kills'] += 1
                 rec['in_write'] += any((out/'ckpt').glob('.checkpoint_*.tmp')) if (out/'ckpt').exists() else 0
                 rec['in_upload'] += any((out/'remote').glob('.checkpoint_*.tmp')) if (out/'remote').exists() else 0
                 rec['restarts'] += 1
                 continue
-            rec['missed'] = rec.get('missed', 0) + 1  # it ended before the instant drawn
-        _, err = p.communicate()
+            rec['missed'] = rec.get('missed', 0) + 1  # it ended before the point drawn
+        p.communicate(); err = stderr(out)
         if p.returncode: rec['errors'].append(err.strip().splitlines()[-1] if err.strip() else f'exit {p.returncode}'); return rec
         return rec
 
@@ -294,7 +311,7 @@ def main():
     trials = []
     for i in range(a.first, a.first + a.trials):
         out = base/f'trial_{i:03d}'
-        rec = trial(out, a.steps, a.kills, train_secs, random.Random(a.seed * 1000 + i))
+        rec = trial(out, a.steps, a.kills, random.Random(a.seed * 1000 + i))
         rec |= compare(ref, out) | {'trial': i}
         trials.append(rec)
         ok = (rec.get('weights') and rec.get('opt') and rec.get('history') and rec['log.csv']['same'] and rec['log.jsonl']['same']

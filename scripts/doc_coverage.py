@@ -164,7 +164,7 @@ def _modules():
     for m in pkgutil.walk_packages(aisaac.__path__, 'aisaac.'):
         if not m.name.rsplit('.', 1)[-1].startswith('_'): yield importlib.import_module(m.name)
 
-def _own(o): return (getattr(o, '__module__', None) or '').split('.')[0] == 'aisaac'
+def _own(o): return (getattr(o, '__module__', None) or '').split('.')[0] == 'aisaac' and type(o).__name__ != 'LazyObject'  # (a stand-in for another library's object: theirs)
 
 def exports():
     "(name, object, kind, defining module) for every export and every public member of an exported class"

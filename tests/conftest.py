@@ -14,26 +14,33 @@ _NO_GPU = ("needs a CUDA GPU and torch.cuda.is_available() is False here: run `p
 # Python and importing torch. `make test` runs them all; `make test-fast` (`pytest -m "not slow"`) leaves them out.
 _STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|rerun|start_new_kernel|torch\.distributed\.run|spawn)\b')
 
-def _starts_processes(fn, module, seen):
-    "Whether `fn`, or a function of its test module that it calls (at any depth), starts a process"
+# Tests that run 2 processes at once (torchrun, a 2-process chaos trial) need both cores: marked `serial`, they run one at a time
+# after the others, which `make pytest` runs on both cores with pytest-xdist (`-n 2`). `@pytest.mark.serial` marks others by hand.
+_TWO = re.compile(r"torch\.distributed\.run|torchrun_cases|nproc_per_node|'--procs', '2'")
+
+def _starts_processes(fn, module, seen, pattern=_STARTS):
+    "Whether `fn`, or a function of its test module that it calls (at any depth), has code that `pattern` finds (starts a process)"
     try: src = inspect.getsource(fn)
     except (OSError, TypeError): return False
-    if _STARTS.search(src): return True
+    if pattern.search(src): return True
     for name in set(re.findall(r'\b(\w+)\(', src)) - seen:
         seen.add(name)
         f = getattr(module, name, None)
-        if inspect.isfunction(f) and f.__module__ == module.__name__ and _starts_processes(f, module, seen): return True
+        if inspect.isfunction(f) and f.__module__ == module.__name__ and _starts_processes(f, module, seen, pattern): return True
     return False
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: starts other processes (torchrun, a fresh Python, a Jupyter kernel); `make test-fast` leaves it out')
+    config.addinivalue_line('markers', 'serial: runs 2 processes at once (torchrun), or depends on having the cores to itself; '
+                                       '`make pytest` runs these one at a time after the others')
 
 def pytest_collection_modifyitems(config, items):
     import pytest
     for item in items:
         fixtures = [d.func for ds in getattr(getattr(item, '_fixtureinfo', None), 'name2fixturedefs', {}).values() for d in ds]
-        if any(_starts_processes(getattr(f, '__wrapped__', f), item.module, set()) for f in [item.function, *fixtures]):
-            item.add_marker(pytest.mark.slow)
+        fns = [getattr(f, '__wrapped__', f) for f in [item.function, *fixtures]]
+        if any(_starts_processes(f, item.module, set()) for f in fns): item.add_marker(pytest.mark.slow)
+        if any(_starts_processes(f, item.module, set(), _TWO) for f in fns): item.add_marker(pytest.mark.serial)
     if torch.cuda.is_available(): return
     skip = pytest.mark.skip(reason=_NO_GPU)
     for item in items:

@@ -193,7 +193,7 @@ except CheckpointWriteError as e: print(e)
 def chaos(tmp_path, *args):
     "Run bench/chaos.py with `args`: its figures and its printout"
     out = tmp_path/'chaos.json'
-    p = subprocess.run([sys.executable, str(ROOT/'bench'/'chaos.py'), *args, '--json', str(out)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, str(ROOT/'bench'/'chaos.py'), *args, '--json', str(out)], capture_output=True, text=True, timeout=1800)  # (a guard against a hang: the kills follow the run's progress, however slow)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return json.loads(out.read_text())['figures'], p.stdout
 
@@ -240,7 +240,7 @@ def test_a_killed_loader_worker_ends_the_fit_clearly_and_the_resume_goes_on_from
     t0 = time.perf_counter()
     t = worker_trainer(tmp_path, kill_at=int(torch.randperm(512, generator=torch.Generator().manual_seed(3))[300]))
     with pytest.raises(RuntimeError, match=r'DataLoader worker \(pid(\(s\))? \d+') as e: t.fit(2, lr=0.1)
-    assert time.perf_counter() - t0 < 60  # an error, not a hang
+    assert time.perf_counter() - t0 < 300  # an error, not a hang (a hang never ends: the bound only has to outlast a loaded machine)
     note = '\n'.join(getattr(e.value, '__notes__', []))
     assert 'process loading the data died' in note and 'resume_from=last_checkpoint' in note, note
     newest = last_checkpoint(tmp_path/'ckpt')

@@ -11,7 +11,7 @@ from aisaac.dcp import consolidate_checkpoint, folder_problem
 from aisaac.callbacks.savers import checkpoints, last_checkpoint
 
 HERE = Path(__file__).parent
-LIMIT = 240  # seconds for one launch; each takes about 15 s on 2 idle cores
+LIMIT = 600  # seconds for one launch, a guard against a hang: each takes about 15 s on 2 idle cores, minutes on loaded ones
 
 def launch(out, nproc, *jobs, env=None):
     "Run tests/dcp_run.py's `jobs` on `nproc` processes (torchrun), or on one plain process (`nproc=0`), with `env` added to the environment; its log and return code"

@@ -283,3 +283,8 @@ def test_saved_outputs_are_what_a_rerun_gives(path):
     import nbformat
     bad = drift(nbformat.read(ROOT/'nbs'/path, as_version=4), rerun(path))
     assert not bad, f"{path}: the saved outputs are not what the code gives now (run scripts/run_nbs.py on it):\n" + '\n'.join(f'  cell {i}: {d}' for i, d in bad)
+
+def test_make_test_leaves_the_fast_pages_to_this_file():
+    "`make test` runs nbdev-test without the pages that this file runs in a kernel and checks (FAST): KERNEL_NBS names them all, and only them"
+    m = re.search(r'^KERNEL_NBS \?= \^\((.*)\)\\\.ipynb\$\$$', (ROOT/'Makefile').read_text(), re.M)
+    assert m and set(m[1].split('|')) == {Path(p).stem for p in FAST}, m

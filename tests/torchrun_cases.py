@@ -3,7 +3,7 @@ import json, os, signal, subprocess, sys
 from pathlib import Path
 import pytest
 
-LIMIT = 120  # seconds for a run of 2 processes; each case ends in a few once they have started
+LIMIT = 600  # seconds for a run of 2 processes: a guard against a hang (each case ends in a few seconds once started, a minute on a loaded machine)
 
 def _run(cmd, case):
     "Run `cmd` (torchrun) under `LIMIT`: its return code and log"

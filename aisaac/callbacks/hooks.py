@@ -11,7 +11,7 @@ __all__ = ['ActivationStats', 'Hook', 'Hooks', 'HooksCallback', 'append_stats', 
 import functools
 from itertools import zip_longest
 import torch
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from fastcore.basics import noop, store_attr
 from ..plot import get_grid
 from ..core.callback import Callback

@@ -10,7 +10,7 @@ __all__ = ['item_losses', 'ItemLossesCB', 'Interpretation']
 # %% ../../nbs/callbacks/63_interpret.ipynb #db23ea1f
 import copy
 from functools import partial
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 import torch
 from fastcore.basics import patch
 from torcheval.metrics.functional import multiclass_confusion_matrix

@@ -11,7 +11,7 @@ __all__ = ['LRFinderCB']
 import math, random
 import numpy as np
 import torch
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from fastcore.basics import patch
 from ..core.callback import Callback, CancelEpochException, CancelFitException, setting
 from ..trainer import Trainer

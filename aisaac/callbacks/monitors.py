@@ -11,7 +11,7 @@ __all__ = ['LRMonitorCB', 'gpu_peak_flops', 'lm_flops_per_token', 'SpeedMonitorC
 # %% ../../nbs/callbacks/68_monitors.ipynb #c18560a0
 import collections, numbers, os, re, time, warnings
 import torch
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from ..core.callback import Callback
 from ..persist import unwrap_model
 from .summary import _lm_shape, _matmul_params

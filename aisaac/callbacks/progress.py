@@ -10,10 +10,16 @@ __all__ = ['text_line', 'ProgressCB', 'PrintProgressCB']
 # %% ../../nbs/callbacks/42_progress.ipynb #2a6044d5
 import sys, time
 import torch
-from fastprogress.fastprogress import master_bar, progress_bar, IN_NOTEBOOK
+from ..utils import LazyModule, LazyObject
 from ..utils import try_print
 from ..core.callback import Callback
 from ..evals import first_pass, last_pass
+
+# %% ../../nbs/callbacks/42_progress.ipynb #046d4093
+# fastprogress imports a web framework (fasthtml): at the first bar, not with aisaac
+fastprogress = LazyModule('fastprogress.fastprogress')
+master_bar, progress_bar = LazyObject('fastprogress.fastprogress', 'master_bar'), LazyObject('fastprogress.fastprogress', 'progress_bar')
+IN_NOTEBOOK = LazyObject(make=lambda: fastprogress.IN_NOTEBOOK)  # (whether this runs in a Jupyter kernel, as fastprogress tells)
 
 # %% ../../nbs/callbacks/42_progress.ipynb #7cc66644
 def _fmt(v): return f'{v:.6f}' if isinstance(v, float) else '' if v is None else str(v)  # (`None`: a set not evaluated this epoch)
@@ -36,7 +42,7 @@ class ProgressCB(Callback):
 
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar, when bars can be drawn"
-        self.bars = (IN_NOTEBOOK or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
+        self.bars = (bool(IN_NOTEBOOK) or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
         self.rows = 0  # the rows of this fit in the table

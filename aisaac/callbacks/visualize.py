@@ -11,7 +11,7 @@ __all__ = ['class_names', 'find_denorm', 'ImageVisualizerCB']
 import os
 from pathlib import Path
 import torch
-import matplotlib.pyplot as plt
+from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from fastcore.basics import patch
 from fastcore.imports import in_notebook
 from ..plot import get_grid, show_image, show_images
