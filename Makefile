@@ -24,7 +24,7 @@ PYTEST_MARK ?=
 PYTEST_WORKERS ?= 2
 # The notebooks that tests/test_notebooks.py runs in a Jupyter kernel and checks against their saved outputs (its FAST):
 # `make test` (SKIP_KERNEL_NBS=1) leaves them to it rather than running them twice; `make nbtest` and `make test-fast` run them.
-KERNEL_NBS ?= ^(callbacks|custom_callbacks|coming_from_pytorch_accelerated)\.ipynb$$
+KERNEL_NBS ?= ^(callbacks|custom_callbacks|coming_from_pytorch_accelerated|coming_from_nanogpt)\.ipynb$$
 NBTEST_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
 # scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
