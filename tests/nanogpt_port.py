@@ -183,11 +183,6 @@ def train_py(r, data_dir, vocab_size):
         optimizer.zero_grad(set_to_none=True)
     return losses, evals, lrs, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
-class NanoTrainCB(BasicTrainCB):
-    "nanoGPT's model computes its own loss: `logits, loss = model(X, Y)`"
-    def predict(self, trainer): trainer.preds, self._loss = trainer.model(*trainer.batch)
-    def get_loss(self, trainer): trainer.loss = self._loss
-
 def aisaac_trainer(r, data_dir, vocab_size, *extra):
     "The same recipe in aisaac: the model, its optimizer, the data, the schedule, accumulation, clipping, precision and evaluation, as callbacks and arguments"
     d = Path(data_dir)
@@ -198,7 +193,7 @@ def aisaac_trainer(r, data_dir, vocab_size, *extra):
     opt_func = lambda params, lr: model.configure_optimizers(r.weight_decay, lr, (r.beta1, r.beta2), 'cuda' if 'cuda' in r.device else 'cpu')
     amp = [MixedPrecisionCB(torch.bfloat16)] if r.dtype == 'bfloat16' and 'cuda' in r.device else []
     return Trainer(dls, None, opt_func, model, callbacks=[
-        NanoTrainCB(), DeviceCB(r.device), MetricsCB(show=False), *amp, GradClipCB(r.grad_clip),
+        BasicTrainCB(), DeviceCB(r.device), MetricsCB(show=False), *amp, GradClipCB(r.grad_clip),
         *([GradAccumCB(r.gradient_accumulation_steps)] if r.gradient_accumulation_steps > 1 else []),
         WarmupCosineSchedulerCB(warmup=r.warmup_iters, decay=r.lr_decay_iters, min_lr=r.min_lr, warmup_form='nanogpt'),
         EvalSetsCB(train=Eval(loader('train', SEEDS['train_eval'], r.eval_iters), loss_name='loss', metrics={})), *extra])
