@@ -47,7 +47,7 @@ class Learner(Trainer):
                  loss_func=F.mse_loss, # called as `loss_func(preds, targets)`
                  lr:float=0.1, # the learning rate of every `fit` that does not give one
                  cbs=None, # callbacks for every fit
-                 opt_func=torch.optim.SGD): # called as `opt_func(params, lr=lr)` at the start of each fit
+                 opt_func=torch.optim.SGD): # called as `opt_func(params, lr=lr)` at the start of each fit; `None`: no optimizer, for fits that only validate
         super().__init__(dls, loss_func, opt_func, model, callbacks=cbs)
         self.lr = lr
 

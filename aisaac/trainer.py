@@ -37,7 +37,7 @@ class Trainer(ParamGroups, TrainerGuards, OtherNames, StepRuns, EvalSets, Agreed
               'cleanup_load_checkpoint')  # every event, in the order the loop fires them
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`; `None`: the model computes its own loss
-                 opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit
+                 opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit; `None`: no optimizer, for fits that only validate
                  model=None, # the `nn.Module` to train
                  callbacks=None): # callbacks for every fit of this trainer
         super().__init__(dls, loss_func, opt_func, model, callbacks)

@@ -3,13 +3,15 @@
 Each case is named after the notebook and the cell it comes from (`learner_c37` is cell 37 of `nbs/09_learner.ipynb`,
 counting from 0; `activations` is `10_activations`, `init` `11_initializing`, `sgd` `12_accel_sgd`, `resnet` `13_resnet`,
 `augment` `14_augment`, and `minibatch`/`convolutions` the earlier notebooks that export `accuracy`, `get_dls` and
-`collate_device`), and asserts the numbers, shapes and plots that cell shows. Changes to their code: the import line,
+`collate_device`; from the second half of the course, `nca` is `16B_NCA`, `ddpm_v2` `17_DDPM_v2`, `fid` `18_fid`, `wandb`
+`21_cifar10_and_wandb` and `vae` `29_vae`, whose models are replaced by small ones of the same shape of inputs and outputs),
+and asserts the numbers, shapes and plots that cell shows. Changes to their code: the import line,
 `load_fashion_mnist()` for `load_dataset('fashion_mnist')`, `pil_to_tensor` for torchvision's `to_tensor`, tensor flips
 for torchvision's transforms, small samples of Fashion-MNIST (the training cases read them through aisaac's in-memory
 loader, to stay fast); timm is left out. A capability that has not landed is a strict `xfail` naming the issue that
 brings it, so `pytest -rxX` shows how many cases pass.
 """
-import contextlib, io, math, sys
+import contextlib, copy, io, math, sys
 from functools import partial
 import fastcore.all as fc
 import pytest
@@ -573,3 +575,40 @@ def test_augment_c78_c81_capture_preds_callback_ensemble():
     assert cps[0].all_inps.shape[0] == 500  # the course's CapturePreds keeps the inputs too
     ap = torch.stack([cps[0].all_preds, cps[1].all_preds]).mean(0).argmax(1)
     assert 0.3 < (ap == cps[0].all_targs).float().mean().item()
+
+# ------------------------------------------------------------------ nbs/18_fid.ipynb (and 19, 20, 22, 23, 26, 28: `ImageEval`)
+
+def append_outp(hook, mod, inp, outp):
+    if not hasattr(hook, 'outp'): hook.outp = []
+    hook.outp.append(to_cpu(outp))
+
+def test_fid_c07_c13_learner_without_optimizer_validates_and_refuses_to_train():
+    "18_fid: `Learner(model, dls, F.cross_entropy, cbs=cbs, opt_func=None)`, hooks in a validation-only fit, then `capture_preds` (TrainCB for its MixedPrecision)"
+    dls = fast_dls(transformi, 256, 500, 500)
+    learn = Learner(get_cnn(), dls, F.cross_entropy, cbs=[DeviceCB(), TrainCB()], opt_func=None)
+    before = params(learn.model)
+    hcb = HooksCallback(append_outp, mods=[learn.model[3]], on_valid=True)
+    learn.fit(1, train=False, cbs=[hcb])
+    assert hcb.hooks[0].outp[0].shape == (500, 64, 2, 2) and learn.opt is None  # miniai makes no optimizer
+    feats, y = learn.capture_preds()
+    assert feats.shape == (500, 10) and y.shape == (500,) and same(params(learn.model), before)
+    with pytest.raises(TypeError, match=r'no optimizer \(`opt_func=None`\).*opt_func=torch.optim.SGD.*fit\(train=False\)'): learn.fit(1)
+    with pytest.raises(TypeError, match='no optimizer'): learn.lr_find()
+    assert same(params(learn.model), before)
+
+class ImageEvalLike:
+    "18_fid's `ImageEval`, as its notebooks use it: a `TrainLearner` without loss or optimizer whose loaders are swapped for one batch of samples"
+    def __init__(self, model, dls, cbs=None):
+        self.learn = TrainLearner(model, dls, loss_func=fc.noop, cbs=cbs, opt_func=None)
+        self.feats = self.learn.capture_preds()[0].float().cpu().squeeze()
+    def get_feats(self, samp):
+        self.learn.dls = DataLoaders([], [(samp, tensor([0]))])
+        return self.learn.capture_preds()[0].float().cpu().squeeze()
+
+def test_fid_c35_c36_image_eval_features_of_the_data_and_of_samples():
+    dls = fast_dls(transformi, 256, 500, 500)
+    model = get_cnn()
+    ie = ImageEvalLike(model, dls, cbs=[DeviceCB()])
+    samp = torch.randn(16, 1, 28, 28)
+    assert ie.feats.shape == (500, 10)
+    with torch.no_grad(): torch.testing.assert_close(ie.get_feats(samp), model.eval()(samp))
