@@ -612,3 +612,35 @@ def test_fid_c35_c36_image_eval_features_of_the_data_and_of_samples():
     samp = torch.randn(16, 1, 28, 28)
     assert ie.feats.shape == (500, 10)
     with torch.no_grad(): torch.testing.assert_close(ie.get_feats(samp), model.eval()(samp))
+
+# ------------------------------------------------------------------ nbs/21_cifar10_and_wandb.ipynb
+
+def test_wandb_c23_c25_metrics_subclass_whose_before_fit_skips_super():
+    "21's `WandBCB(MetricsCB)`: its own `before_fit` (a run to start) and `after_fit`, no `super()`; its `after_batch` calls `super()` and logs the loss"
+    runs, logged = [], []
+    class WandBLike(MetricsCB):
+        order = 100
+        def __init__(self, config, *ms, project='ddpm_cifar10', **metrics):
+            fc.store_attr()
+            super().__init__(*ms, **metrics)
+        def before_fit(self, learn): runs.append(('init', self.project, self.config))
+        def after_fit(self, learn): runs.append('finish')
+        def after_batch(self, learn):
+            super().after_batch(learn)
+            logged.append(learn.loss.item())
+    dls = fast_dls(transformi, 256, 500, 500)
+    cb = WandBLike(config={'lr': 1e-2}, accuracy=MulticlassAccuracy())
+    learn = Learner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[DeviceCB(), TrainCB(), ProgressCB(), cb])
+    printed(lambda: learn.fit(2))
+    assert runs == [('init', 'ddpm_cifar10', {'lr': 1e-2}), 'finish']
+    assert len(logged) == 2 * (len(dls.train) + len(dls.valid))
+    h = learn.history
+    assert len(h.get_metric_values('valid_loss')) == 2 and 0 <= h.get_latest_metric('accuracy') <= 1
+    printed(lambda: learn.fit(1))  # a second fit starts from zero again
+    assert len(h.get_metric_values('valid_loss')) == 3 and runs[-2:] == [('init', 'ddpm_cifar10', {'lr': 1e-2}), 'finish']
+
+def test_wandb_c23_a_miniai_log_override_is_refused():
+    "WandBCB overrides miniai's `_log(d)` (a dict per pass); aisaac's MetricsCB has no such hook: refused, naming `log_metrics`"
+    class LogsLike(MetricsCB):
+        def _log(self, d): print(d)
+    with pytest.raises(TypeError, match=r"LogsLike overrides MetricsCB._log.*log_metrics\(self, trainer, metrics\)"): LogsLike()

@@ -114,9 +114,20 @@ class MetricsCB(Callback):
         self.row, self._mute, self._ended, self._passes, self._gathered, self._in_pass = {}, False, False, None, False, False
         self.set_metrics, self._valid = {}, self.metrics  # each evaluation set's metrics, made when a fit starts; this validation pass's
         self._reset()
+        if type(self)._log is not MetricsCB._log:
+            raise TypeError(f"{type(self).__name__} overrides MetricsCB._log, which aisaac's MetricsCB calls with the trainer, not with miniai's dict of "
+                            f"a pass: to send each epoch's row elsewhere (W&B...), handle `log_metrics(self, trainer, metrics)` instead (`metrics` is "
+                            f"the row: epoch, train and valid losses, metrics), or read `trainer.history`")
+
+    def around_fit(self, trainer):
+        "Start the sums at zero; find the training callback that says where a batch's targets are; in a distributed fit, name the metrics that cannot cover every process's data. Here rather than in `before_fit`, so that a subclass whose `before_fit` does not call `super()` (miniai's do not need to) still works"
+        self._start(trainer)
+        yield
 
     def before_fit(self, trainer):
-        "Start the sums at zero; find the training callback that says where a batch's targets are; in a distributed fit, name the metrics that cannot cover every process's data"
+        "Nothing: the fit's state is set up in `around_fit`, which runs first (a subclass may override this hook without calling `super()`)"
+
+    def _start(self, trainer):
         self.device, self.row, self._mute, self._ended = None, {}, False, False
         cb = next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
