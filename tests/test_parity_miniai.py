@@ -644,3 +644,49 @@ def test_wandb_c23_a_miniai_log_override_is_refused():
     class LogsLike(MetricsCB):
         def _log(self, d): print(d)
     with pytest.raises(TypeError, match=r"LogsLike overrides MetricsCB._log.*log_metrics\(self, trainer, metrics\)"): LogsLike()
+
+# ------------------------------------------------------------------ nbs/29_vae.ipynb
+
+class FuncMetric(Mean):
+    "29_vae's metric: the mean of `fn(preds, targets)` over the batches"
+    def __init__(self, fn, device=None):
+        super().__init__(device=device)
+        self.fn = fn
+    def update(self, inp, targets):
+        self.weighted_sum += self.fn(inp, targets)
+        self.weights += 1
+
+def test_vae_c25_c31_func_metrics_on_a_model_that_returns_a_tuple():
+    "A VAE returns `(x_hat, mu, logvar)`; its loss and `FuncMetric`s take the tuple"
+    ni, nl = 28 * 28, 8
+    class VAE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.mu, self.lv, self.dec = nn.Linear(ni, 32), nn.Linear(32, nl), nn.Linear(32, nl), nn.Linear(nl, ni)
+        def forward(self, x):
+            h = F.relu(self.enc(x))
+            mu, lv = self.mu(h), self.lv(h)
+            return self.dec(mu + (0.5 * lv).exp() * torch.randn_like(lv)), mu, lv
+    def kld_loss(inp, x):
+        x_hat, mu, lv = inp
+        return -0.5 * (1 + lv - mu.pow(2) - lv.exp()).mean()
+    def bce_loss(inp, x): return F.binary_cross_entropy_with_logits(inp[0], x)
+    def vae_loss(inp, x): return kld_loss(inp, x) + bce_loss(inp, x)
+    seen = []
+    class Seen(Mean):
+        def update(self, inp, targets): seen.append(inp); return super().update(torch.tensor(0.))
+    xs = torch.rand(512, ni)
+    dls = DataLoaders(TensorLoader(xs, xs, bs=128), TensorLoader(xs[:256], xs[:256], bs=128))
+    metrics = MetricsCB(kld=FuncMetric(kld_loss), bce=FuncMetric(bce_loss), seen=Seen())
+    learn = Learner(VAE(), dls, vae_loss, lr=1e-2, cbs=[DeviceCB(), TrainCB(), metrics], opt_func=optim.Adam)
+    printed(lambda: learn.fit(1))
+    h = learn.history
+    assert h.get_latest_metric('kld') + h.get_latest_metric('bce') == pytest.approx(h.get_latest_metric('valid_loss'), rel=1e-5)
+    assert len(seen) == 2 and all(type(s) is tuple and len(s) == 3 and not any(t.requires_grad for t in s) for s in seen)  # miniai's `to_cpu` keeps the tuple
+    class DictVAE(VAE):
+        def forward(self, x): return dict(zip(('x_hat', 'mu', 'lv'), super().forward(x)))
+    seen.clear()
+    dict_kld = lambda inp, x: kld_loss((inp['x_hat'], inp['mu'], inp['lv']), x)
+    learn = Learner(DictVAE(), dls, lambda inp, x: dict_kld(inp, x), lr=1e-2, cbs=[TrainCB(), MetricsCB(kld=FuncMetric(dict_kld), seen=Seen())])
+    printed(lambda: learn.fit(1))
+    assert list(seen[0]) == ['x_hat', 'mu', 'lv'] and learn.history.get_latest_metric('kld') == pytest.approx(learn.history.get_latest_metric('valid_loss'), rel=1e-5)
