@@ -68,6 +68,13 @@ class Learner(Trainer):
     @property
     def iter(self): "miniai's name for `batch_num`, the index of the batch in its pass"; return self.batch_num
 
+    @property
+    def metrics(self):
+        "miniai's `learn.metrics`: the learner's `MetricsCB` (or a subclass), which its progress callbacks read; no such attribute without one, as in miniai"
+        cb = next((cb for cb in self.cbs if any(c.__name__ == 'MetricsCB' for c in type(cb).__mro__)), None)  # (by name: the callbacks are above this module)
+        if cb is None: raise AttributeError(f"This {type(self).__name__} has no MetricsCB, so no `metrics`: add `MetricsCB()` to its callbacks")
+        return cb
+
 # %% ../nbs/32_learner.ipynb #d7c2b520
 class TrainLearner(Learner):
     "miniai's `TrainLearner`: a `Learner` whose own methods do the steps of a batch, so that it needs no `TrainCB`"

@@ -690,3 +690,35 @@ def test_vae_c25_c31_func_metrics_on_a_model_that_returns_a_tuple():
     learn = Learner(DictVAE(), dls, lambda inp, x: dict_kld(inp, x), lr=1e-2, cbs=[TrainCB(), MetricsCB(kld=FuncMetric(dict_kld), seen=Seen())])
     printed(lambda: learn.fit(1))
     assert list(seen[0]) == ['x_hat', 'mu', 'lv'] and learn.history.get_latest_metric('kld') == pytest.approx(learn.history.get_latest_metric('valid_loss'), rel=1e-5)
+
+# ------------------------------------------------------------------ nbs/16B_NCA.ipynb
+
+def test_nca_c25_c28_progress_subclass_records_its_losses():
+    "16B's `NCAProgressCB(ProgressCB)`: its `after_batch` reads `learn.metrics`, `self.losses` and `self.mbar`, and draws its own graph"
+    drawn = []
+    class NCAProgressLike(ProgressCB):
+        def after_batch(self, learn):
+            learn.dl.comment = f'{learn.loss:.3f}'
+            if not (hasattr(learn, 'metrics') and learn.training): return
+            self.losses.append(learn.loss.item())
+            mbar = self.mbar
+            if not hasattr(mbar, 'graph_fig'): mbar.graph_fig, mbar.graph_axs = plt.subplots(1, 2, figsize=(12, 3.5))
+            if len(self.losses) % 4 != 1: return
+            mbar.graph_axs[0].clear()
+            mbar.graph_axs[0].plot(self.losses, '.', alpha=0.3)
+            drawn.append(len(self.losses))
+    dls = fast_dls(transform_flat, 64, 1000, 500)
+    learn = Learner(get_mlp(), dls, F.cross_entropy, lr=0.1, cbs=[TrainCB(), NCAProgressLike(bars=True), MetricsCB()])
+    printed(lambda: learn.fit(1))
+    assert learn.metrics is learn.MetricsCB
+    cb = learn.NCAProgressLike
+    assert len(cb.losses) == len(dls.train) and drawn == list(range(1, len(dls.train) + 1, 4))
+    assert len(cb.mbar.graph_axs[0].lines[0].get_xdata()) == drawn[-1]
+
+def test_nca_c25_progress_subclass_without_bars_says_why_it_has_no_mbar():
+    "Without bars (a script, a pipe) there is no master bar to draw on: the subclass's error names the fix instead of recording nothing"
+    class UsesMbar(ProgressCB):
+        on_error = 'raise'
+        def after_batch(self, learn): self.mbar.graph_fig = None
+    learn = Learner(get_mlp(), fast_dls(transform_flat, 256, 500, 500), F.cross_entropy, cbs=[TrainCB(), UsesMbar(bars=False), MetricsCB()])
+    with pytest.raises(AttributeError, match=r'no `mbar`.*bars=True'): printed(lambda: learn.fit(1))
