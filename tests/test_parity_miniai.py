@@ -722,3 +722,27 @@ def test_nca_c25_progress_subclass_without_bars_says_why_it_has_no_mbar():
         def after_batch(self, learn): self.mbar.graph_fig = None
     learn = Learner(get_mlp(), fast_dls(transform_flat, 256, 500, 500), F.cross_entropy, cbs=[TrainCB(), UsesMbar(bars=False), MetricsCB()])
     with pytest.raises(AttributeError, match=r'no `mbar`.*bars=True'): printed(lambda: learn.fit(1))
+
+# ------------------------------------------------------------------ nbs/17_DDPM_v2.ipynb
+
+def test_ddpm_v2_c50_c55_accelerate_cb_with_two_inputs():
+    "17's `AccelerateCB(n_inp=2)` on batches `(xt, t, eps)` for a model `model(xt, t)`: the same weights as the plain loop"
+    pytest.importorskip('accelerate')
+    class TimeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.emb = nn.Linear(4, 4), nn.Embedding(10, 4)
+        def forward(self, x, t): return self.lin(x) + self.emb(t)
+    torch.manual_seed(0)
+    x, t, eps = torch.randn(64, 4), torch.randint(0, 10, (64,)), torch.randn(64, 4)
+    dls = DataLoaders(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, t, eps), 16),
+                      torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, t, eps), 32))
+    m0 = TimeNet()
+    learn = Learner(copy.deepcopy(m0), dls, nn.MSELoss(), lr=0.1, cbs=[DeviceCB(), MetricsCB(), AccelerateCB(n_inp=2, mixed_precision='no')])
+    printed(lambda: learn.fit(1))
+    h = copy.deepcopy(m0); opt = optim.SGD(h.parameters(), lr=0.1)
+    for i in range(0, 64, 16): F.mse_loss(h(x[i:i + 16], t[i:i + 16]), eps[i:i + 16]).backward(); opt.step(); opt.zero_grad()
+    torch.testing.assert_close(learn.model.lin.weight, h.lin.weight)
+    with torch.no_grad(): valid = F.mse_loss(h(x, t), eps).item()
+    assert learn.history.get_latest_metric('valid_loss') == pytest.approx(valid, rel=1e-5)
+    with pytest.raises(TypeError, match='n_inp=2'): AccelerateCB(2)
