@@ -140,6 +140,7 @@ class MetricsCB(Callback):
 
     def before_fit(self, trainer):
         "Nothing: the fit's state is set up in `around_fit`, which runs first (a subclass may override this hook without calling `super()`)"
+    before_fit.hidden = True  # (not shown among the handlers: `around_fit` does the work)
 
     def _start(self, trainer):
         self.device, self.row, self._mute, self._ended = None, {}, False, False
