@@ -68,6 +68,8 @@ def gpt2_config(gpt:GPT, # the model whose sizes the configuration takes
     tf = _needs('transformers', 'transformers', 'gpt2_config')
     d, attn = gpt.tok_emb.embedding_dim, gpt.blocks[0].attn
     if gpt.blocks[0].mlp[0].out_features != 4 * d: raise ValueError(f"GPT-2 has an MLP 4 times the width ({4 * d}); this GPT's is {gpt.blocks[0].mlp[0].out_features}")
+    if len(eps := sorted({m.eps for m in gpt.modules() if isinstance(m, torch.nn.LayerNorm)})) > 1:
+        raise ValueError(f"GPT-2 has one `layer_norm_epsilon` for all its layer norms; this GPT's have {eps}: give them one (`GPT(..., eps=...)`)")
     kwargs = {'bos_token_id': None, 'eos_token_id': None, **kwargs}  # (GPT-2's own tokenizer's 50256 by default: not ours)
     return tf.GPT2Config(vocab_size=gpt.tok_emb.num_embeddings, n_positions=gpt.block_size, n_embd=d, n_layer=len(gpt.blocks),
                          n_head=attn.n_head, n_inner=4 * d, activation_function='gelu', resid_pdrop=attn.dropout, embd_pdrop=gpt.drop.p,
@@ -96,7 +98,7 @@ def hf_to_gpt(model): # a `transformers.GPT2LMHeadModel` of GPT's design (as `gp
               ('add_cross_attention', c.add_cross_attention, False)] if got != want}
     if differ: raise ValueError(f"aisaac's GPT cannot hold this model exactly: " + ', '.join(f"{k} is {g!r} (GPT: {w!r})" for k, (g, w) in differ.items()) +
                                 " (OpenAI's GPT-2 uses 'gelu_new', the tanh approximation: keep it as a transformers model)")
-    gpt = GPT(c.vocab_size, c.n_layer, c.n_head, c.n_embd, c.n_positions, c.resid_pdrop)
+    gpt = GPT(c.vocab_size, c.n_layer, c.n_head, c.n_embd, c.n_positions, c.resid_pdrop, c.layer_norm_epsilon)
     sd = model.state_dict()
     ours = {o: (sd[k].t() if t else sd[k]).contiguous() for k, o, t in _gpt2_names(c.n_layer)}
     gpt.load_state_dict({**ours, 'head.weight': ours['tok_emb.weight']})

@@ -9,7 +9,7 @@ __all__ = ['loader_generators', 'skip_batches', 'close_iterator', 'state_part', 
            'loader_states', 'own_loader_state', 'resume_iter', 'Resumed', 'dead_worker_error']
 
 # %% ../nbs/25_loaders.ipynb #584a948e
-import datetime, inspect, io, signal, warnings
+import datetime, inspect, io, signal, traceback, warnings
 import torch
 from .clock import _order_parts
 from .ranks import _store, _world_size
@@ -162,16 +162,60 @@ def _replay_note(dl, n):
             f"torchdata's `StatefulDataLoader` in place of `DataLoader` (the same arguments; `pip install torchdata`), or, loading in "
             f"the main process, a dataset or sampler with `state_dict` and `load_state_dict` (a Hugging Face `IterableDataset` has them)")
 
+def _shuffle_buffer(ds):
+    "Whether `ds` is a Hugging Face iterable dataset that shuffles through a buffer (`.shuffle(buffer_size=...)`), whose rows its `state_dict` leaves out"
+    todo, seen = [getattr(ds, '_ex_iterable', None)], set()  # its chain of example iterables
+    while todo:
+        if (o := todo.pop()) is None or id(o) in seen: continue
+        if type(o).__name__ == 'BufferShuffledExamplesIterable': return True
+        seen.add(id(o)); todo += [getattr(o, 'ex_iterable', None), *getattr(o, 'ex_iterables', ())]
+    return False
+
+def _buffer_note(dl, n):
+    "The warning of a resume that replays `n` batches of `dl` because its dataset shuffles through a buffer"
+    return (f"Resuming inside the epoch replays {n:,} batches of the training loader {_name(dl)}: its dataset shuffles through a buffer "
+            f"(`.shuffle(buffer_size=...)`), whose rows its `state_dict` leaves out (given that state, `datasets` refills the buffer with other "
+            f"rows: some never trained, some twice; with worker processes it fails), so the epoch is read again from its start, in its seeded "
+            f"order, and the batches trained are dropped. To resume at once, shuffle without a buffer: the rows of the `Dataset` before "
+            f"`to_iterable_dataset` (`ds.shuffle(seed=...)`), or give a streaming dataset's shards their order")
+
+def _state_fault(e, dl):
+    "aisaac's error for `e` when the `datasets` library raised it loading the state given to its iterable dataset (here, or in a worker: then as text); else `None`"
+    here = any('datasets' in f.filename and 'load_state_dict' in f.name for f in traceback.extract_tb(e.__traceback__))
+    if not (here or ('iterable_dataset.py' in str(e) and 'load_state_dict' in str(e))): return None
+    import datasets
+    return RuntimeError(f"Resuming the training loader {_name(dl)} inside its epoch failed inside the `datasets` library ({datasets.__version__}): "
+                        f"its iterable dataset could not load the state the checkpoint kept ({type(e).__name__}: "
+                        f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}{'' if here else ', in a worker process'}), a fault "
+                        f"of `datasets`, not of the checkpoint. To resume: build the loader as torch's `DataLoader` with the same arguments (aisaac "
+                        f"then replays the epoch's first batches, in the same order), or with `num_workers=0`, or resume from a checkpoint at the "
+                        f"end of an epoch")
+
+def _from_state(dl, it):
+    "`it`, an iterator of `dl` given its state: a fault of `datasets` loading it named; once the first batch came, the state forgotten by a dataset that keeps it"
+    try: first = next(it)
+    except StopIteration: return
+    except Exception as e:
+        if (named := _state_fault(e, dl)) is not None: raise named from e
+        raise
+    if getattr(ds := getattr(dl, 'dataset', None), '_starting_state_dict', None) is not None:
+        ds._starting_state_dict = None  # a Hugging Face iterable dataset keeps the state it was given, and would start every later epoch there
+    yield first
+    yield from it
+
 def resume_iter(dl, # the training loader
                 n:int, # the batches of this epoch already trained
                 state=None): # this process's `loader_state` at the checkpoint, or `None`
-    "An iterator over `dl` from its batch `n` on: its `state` put back (at once) when it fits `dl`, else the first `n` batches replayed"
+    "An iterator over `dl` from its batch `n` on: its `state` put back (at once) when it fits `dl`, else the first `n` batches replayed (a Hugging Face dataset with a shuffle buffer always is)"
+    if n and _shuffle_buffer(getattr(dl, 'dataset', None)):  # its state cannot put the buffer back: its seeded order, again from the start
+        warnings.warn(_buffer_note(dl, n), stacklevel=2)
+        return _skip(dl, iter(dl), n)
     if n and state is not None and state.get('part') == state_part(dl):
         try: total = len(dl)
         except TypeError: total = n  # (an iterable dataset without a length: nothing to compare)
         if n > total: raise _too_short(total, n)
         load_loader_state(dl, state)
-        return iter(dl)
+        return _from_state(dl, iter(dl))
     it = iter(dl)
     if n and not _skips_indices(dl, it): warnings.warn(_replay_note(dl, n), stacklevel=2)
     return _skip(dl, it, n)

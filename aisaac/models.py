@@ -123,9 +123,10 @@ class GPTBlock(nn.Module):
     "A pre-LayerNorm transformer block: attention, then an MLP, each added to the residual stream"
     def __init__(self, d_model:int, # the width of the residual stream
                  n_head:int, # attention heads
-                 dropout:float=0.): # dropout in training
+                 dropout:float=0., # dropout in training
+                 eps:float=1e-5): # the layer norms' epsilon
         super().__init__()
-        self.ln1, self.attn, self.ln2 = nn.LayerNorm(d_model), CausalSelfAttention(d_model, n_head, dropout), nn.LayerNorm(d_model)
+        self.ln1, self.attn, self.ln2 = nn.LayerNorm(d_model, eps=eps), CausalSelfAttention(d_model, n_head, dropout), nn.LayerNorm(d_model, eps=eps)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
     def forward(self, x, # the residual stream, (B, T, d_model)
@@ -139,6 +140,7 @@ def lm_loss(logits, # (B, T, vocab_size): the scores of each position's next tok
             labels): # (B, T): the next tokens; -100 where there is none to predict
     "The mean cross-entropy over every position of every sequence, positions labelled -100 left out"
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+lm_loss.shifts_labels = False  # it compares each position with its own label: the labels are the next tokens (`BasicTrainCB` checks batches against it)
 
 def _check_top_p(top_p):
     "Refuse a `top_p` that is not a probability mass to keep"
@@ -175,17 +177,19 @@ def _extend(next_logits, idx, max_new_tokens, temperature, top_k, top_p, eos_id)
 
 class GPT(nn.Module):
     "A decoder-only transformer: embeddings, `n_layer` `GPTBlock`s, a final layer norm, a head tied to the token embedding"
+    shifts_labels = False  # its own loss (given `labels`) is `lm_loss`: the labels are the next tokens, not the inputs
     def __init__(self, vocab_size:int, # the tokenizer's vocabulary size
                  n_layer:int=4, # transformer blocks
                  n_head:int=4, # attention heads per block
                  d_model:int=128, # the width of the residual stream
                  block_size:int=128, # the longest context, in tokens
-                 dropout:float=0.): # dropout in training
+                 dropout:float=0., # dropout in training
+                 eps:float=1e-5): # the layer norms' epsilon (GPT-2's `layer_norm_epsilon`, torch's default)
         super().__init__()
         self.block_size, self._ids_checked = block_size, False
         self.tok_emb, self.pos_emb, self.drop = nn.Embedding(vocab_size, d_model), nn.Embedding(block_size, d_model), nn.Dropout(dropout)
-        self.blocks = nn.Sequential(*[GPTBlock(d_model, n_head, dropout) for _ in range(n_layer)])
-        self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size, bias=False)
+        self.blocks = nn.Sequential(*[GPTBlock(d_model, n_head, dropout, eps) for _ in range(n_layer)])
+        self.ln_f, self.head = nn.LayerNorm(d_model, eps=eps), nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # tied embeddings
         self.apply(self._init)
         for b in self.blocks:

@@ -323,7 +323,7 @@ def sft_dataloaders(dsd, # a training and a validation split of examples: `messa
                     prompt_col:str='prompt', # the prompt's column
                     response_col:str='response', # the response's column
                     messages_col:str='messages'): # the chat's column
-    "`DataLoaders` of SFT batches: `{'input_ids', 'labels', 'attention_mask'}` padded, or `{'input_ids', 'labels', 'position_ids'}` packed; labels -100 but on the replies; `check_model` refuses a model the batches do not fit"
+    "`DataLoaders` of SFT batches: `{'input_ids', 'labels', 'attention_mask'}` padded, or `{'input_ids', 'labels', 'position_ids'}` packed; labels -100 but on the replies; `check_model` refuses a model the batches do not fit, `hf_labels` says how the labels lie"
     tok = as_tokenizer(tokenizer)
     cap = block_size if hf_labels else block_size + 1  # tokens per row: aisaac's GPT predicts the last from the one before
     tr, va = (_rows(k, dsd[k], tok, cap, pack, too_long, (prompt_col, response_col, messages_col)) for k in split_names(dsd, train_split, valid_split))
@@ -331,5 +331,6 @@ def sft_dataloaders(dsd, # a training and a validation split of examples: `messa
     tfm = SFTBatch(hf_labels, block_mask)
     dls = DataLoaders(TensorLoader(*tr, bs=bs, shuffle=True, seed=seed, device=device, tfm=tfm), TensorLoader(*va, bs=bs, device=device, tfm=tfm))
     dls.tokenizer, dls.block_size = tok, block_size
+    dls.hf_labels = dls.train.hf_labels = dls.valid.hf_labels = hf_labels  # how the labels lie: `BasicTrainCB` checks the loss against it (`check_labels`)
     dls.check_model = partial(_check_model, vocab_size=tok.vocab_size, packed=pack, block_mask=block_mask)  # called by `BasicTrainCB` when a pass starts
     return dls

@@ -341,7 +341,7 @@ def text_dataloaders(dsd:DatasetDict, # a training and a validation split with a
                      valid_split:str=None, # the validation split's name; default the first of `valid`, `validation`, `test`
                      shards=None, # train from token shards on disk (`tokenize_to_shards`), memory flat: `True` (in the cache) or a folder; streaming splits always do
                      key:str=None): # with `shards`: names the corpus in the shards' cache (a streaming dataset needs one)
-    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch (random blocks, from shards); `check_model` refuses a model too small for the tokenizer"
+    "`DataLoaders` of dict batches `{'input_ids', 'labels'}` of token blocks: the training one shuffled each epoch (random blocks, from shards); `check_model` refuses a model too small for the tokenizer, `hf_labels` says how the labels lie"
     tr, va = split_names(dsd, train_split, valid_split)
     if shards or any(isinstance(dsd[k], datasets.IterableDataset) for k in (tr, va)):
         root = None if shards in (None, True) else shards
@@ -353,6 +353,7 @@ def text_dataloaders(dsd:DatasetDict, # a training and a validation split with a
         dls = DataLoaders(TensorLoader(tr, bs=bs, shuffle=True, seed=seed, device=device, tfm=_Split(hf_labels)),
                           TensorLoader(va, bs=bs, device=device, tfm=_Split(hf_labels)))
     dls.tokenizer, dls.block_size = tokenizer, block_size
+    dls.hf_labels = dls.train.hf_labels = dls.valid.hf_labels = hf_labels  # how the labels lie: `BasicTrainCB` checks the loss against it (`check_labels`)
     dls.check_model = partial(check_vocab, vocab_size=as_tokenizer(tokenizer).vocab_size)  # called by `BasicTrainCB` when a pass starts
     return dls
 

@@ -32,13 +32,18 @@ the smoke test), where the GPU-only variants are left out.
                  fast, CPU       the tensors converted once (`fast=True`), batches on the CPU, copied per batch
                  fast, pinned    the same, in pinned memory, copied `non_blocking` (GPU only)
                  fast, on GPU    the tensors moved to the GPU once (`device='cuda'`): no copy per batch (GPU only)
-4. graphs      (GPU only; `--sections graphs`, not in the default set) whole-step CUDA graphs, `CUDAGraphCB` (issue 41):
+4. graphs      (GPU only; `--sections graphs`, not in the default set) whole-step CUDA graphs, `CUDAGraphCB` (issues 41, 48);
+               `--tables 4a 4b 4c` picks tables (bench/gpu_run.sh runs each in a process of its own). Every measurement is printed the
+               moment it is made (a table cut short keeps its rows), and a graphed fit that fell back to eager is a row that says why
+               (`why_eager`) with its counts, not a failed table:
                  a. the tiny MLP of table 1: the raw loop and aisaac eagerly, aisaac graphed, and the step graphed by hand
-                    (the floor); target: aisaac graphed within 1.15x the floor
+                    (the floor); target: aisaac graphed within 1.15x the floor. With the GPU time of one replay of the hand graph
+                    and of aisaac's (CUDA events around 20 replays back to back), so that a miss says whether the time is in the
+                    graph or on the host (the Python around each replay)
                  b. the vision tutorial's recipe for 5 epochs from the same seed: as the tutorial runs it (CPU loader,
                     float16), then bfloat16 with the data on the GPU (`device_dataloaders`, flip and translate there) and
                     one cycle of the learning rate only (a graph holds AdamW's betas fixed), eager and graphed; accuracy
-                    and seconds of the fit; target: >= 0.93 in <= 3 s graphed
+                    and seconds of the fit, each row printed when its fit ends; target: >= 0.93 in <= 3 s graphed
                  c. the language-model recipe of bench/lm.py for `--batches` (200) steps: tokens/s of the raw loop, aisaac
                     eager and aisaac graphed, and the largest relative difference between the last two's losses from the
                     same seed; target: >= 2x eager aisaac's tokens/s, the losses within 1 % (bfloat16)
@@ -58,6 +63,32 @@ import argparse, copy, random, re, statistics, sys, time, warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's aisaac, also without `pip install -e`
+
+GRAPH_TABLES = ('4a', '4b', '4c')
+
+def parser():
+    "The command line's options"
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--device', default=None, help="'cuda' (default where there is a GPU) or 'cpu'")
+    p.add_argument('--quick', action='store_true', help='a smoke run: few repeats and batches, a 4,000-image sample')
+    p.add_argument('--repeats', type=int, default=None, help='repeats of each variant (default: loop 21, recipe and data 5 on a GPU; 5 and 3 on a CPU; quick 2)')
+    p.add_argument('--batches', type=int, default=None, help='training batches per timing of the recipe and data tables (default 50 on a GPU, 5 on a CPU, quick 2)')
+    p.add_argument('--workers', type=int, default=None, help='DataLoader workers of the PIL path (default 8 on a GPU, 2 on a CPU)')
+    p.add_argument('--sections', nargs='+', default=['loop', 'recipe', 'data'], choices=['loop', 'recipe', 'data', 'graphs'])
+    p.add_argument('--tables', nargs='+', default=list(GRAPH_TABLES), choices=GRAPH_TABLES, help='the tables of section graphs (default all; bench/gpu_run.sh runs each in its own process)')
+    p.add_argument('--stand-in', action='store_true', help='graphs section on a CPU: EagerGraphs stands in for CUDA graphs (a check that it runs)')
+    p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
+    p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
+    p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
+    return p
+
+def gpu_only(tables):
+    "Say that the graphs tables `tables` measure nothing on a CPU"
+    for name in tables: print(f"\n## {name}. whole-step CUDA graphs: GPU only (CUDAGraphCB runs eagerly on a CPU), skipped; `--stand-in` runs it with EagerGraphs", flush=True)
+
+if __name__ == '__main__' and (_a := parser().parse_args()).device == 'cpu' and _a.sections == ['graphs'] and not _a.stand_in:
+    gpu_only(_a.tables); sys.exit(0)  # (nothing to measure: said before importing what a measurement needs, seconds; bench/gpu_run.sh's dry run)
+
 
 import torch
 from torch import nn
@@ -153,8 +184,8 @@ def loop_compiled():
         return loop_aisaac(lambda d: [*core_cbs(d), state['cb']])(state['model'], dl, dev)
     return run
 
-def loop_graph(model, dl, dev):
-    "The step captured in a CUDA graph (PyTorch's whole-network capture recipe); per batch: copy into static inputs, replay"
+def loop_graph(model, dl, dev, timed=False):
+    "The step captured in a CUDA graph (PyTorch's whole-network capture recipe); per batch: copy into static inputs, replay. `timed`: also the GPU time of one replay (`replay_us`)"
     opt, lf = torch.optim.SGD(model.parameters(), lr=MLP_LR), nn.CrossEntropyLoss()
     xb, yb = next(iter(dl))
     sx, sy = xb.clone(), yb.clone()
@@ -172,7 +203,8 @@ def loop_graph(model, dl, dev):
     for xb, yb in dl:
         sx.copy_(xb); sy.copy_(yb); g.replay()
     sync(dev)
-    return time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    return (secs, replay_us(g.replay), 'PyTorch\'s recipe') if timed else secs
 
 def section_loop(dev, repeats, bs=64):
     variants = {'raw loop': loop_raw,
@@ -337,9 +369,38 @@ def section_data(dev, dsd, repeats, n, workers, n_warm):
 
 def _default(dev): return torch.float16 if dev.type == 'cuda' else torch.bfloat16
 
-# --- 4. whole-step CUDA graphs (issue 41) -------------------------------------------------------------------------------
+# --- 4. whole-step CUDA graphs (issues 41, 48) --------------------------------------------------------------------------
 
 BACKEND = None  # what makes the graphs: CUDA graphs; `--stand-in` (on a CPU): EagerGraphs, whose replay runs the step again
+
+def say(line=''): print(line, flush=True)  # (every row the moment it is measured: a table cut short by a timeout keeps what it had)
+
+def outcome(cb):
+    "What a graphed fit did, in words: its batches replayed, captured and eager, and the reason it ran eagerly, if it did"
+    c = dict(cb.counts)
+    s = f"replayed {c.get('replayed', 0)}, captured {c.get('captured', 0)}, eager {c.get('eager', 0)}"
+    return s + (f"; EAGER: {cb.why_eager}" if cb.why_eager else '')
+
+def replay_us(replay, n=20):
+    "GPU time of one `replay()`, in microseconds: `n` replays back to back between two CUDA events (the GPU kept busy, so the host's "
+    "launches do not count), divided by `n`; `None` without CUDA graphs"
+    if not torch.cuda.is_available() or isinstance(BACKEND, EagerGraphs): return None
+    replay(); torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n): replay()
+    b.record(); b.synchronize()
+    return a.elapsed_time(b) * 1e3 / n
+
+def us(v): return '-' if v is None else f'{v:.1f}'
+
+class ReplayTimer(Callback):
+    "At the end of a graphed fit, before CUDAGraphCB lets its graphs go: the GPU time of one replay of its stepping training graph (`replay_us`)"
+    cuda_graph = 'host'
+    def before_fit(self, t): self.us = None
+    def after_fit(self, t):
+        recs = [r for k, r in (getattr(t.CUDAGraphCB, '_graphs', None) or {}).items() if k[0] and k[1]]  # (training, with a step)
+        if recs: self.us = replay_us(max(recs, key=lambda r: r.inputs[0].shape[0]).graph.replay)  # (the full batch's, not the last one's)
 
 class PassTimer(Callback):
     "The seconds of each training pass (between device syncs), and each training batch's loss (kept on the device)"
@@ -350,33 +411,63 @@ class PassTimer(Callback):
         if t.training: self.losses.append(t.loss.detach())
     def after_train(self, t): sync(self.dev); self.secs.append(time.perf_counter() - self.t0)
 
+def loop_graph_timed(model, dl, dev):
+    "`loop_graph`, and the GPU time of one replay of its graph"
+    return loop_graph(model, dl, dev, timed=True)
+
 def loop_graphed(model, dl, dev):
-    "BasicTrainCB, DeviceCB and CUDAGraphCB for two epochs: the second one's seconds (the first holds the warm-up and the capture)"
-    timer = PassTimer(dev)
+    "BasicTrainCB, DeviceCB and CUDAGraphCB for two epochs: the second one's seconds (the first holds the warm-up and the capture), the GPU "
+    "time of one replay, and the fit's outcome (a fallback to eager is a row, with its reason)"
+    timer, replays, cb = PassTimer(dev), ReplayTimer(), CUDAGraphCB(backend=BACKEND)
     Trainer(DataLoaders(dl, dl), nn.CrossEntropyLoss(), torch.optim.SGD, model,
-            callbacks=[DeviceCB(dev), BasicTrainCB(), timer, CUDAGraphCB(strict=True, backend=BACKEND)]).fit(2, lr=MLP_LR, valid=False)
-    return timer.secs[-1]
+            callbacks=[DeviceCB(dev), BasicTrainCB(), timer, replays, cb]).fit(2, lr=MLP_LR, valid=False)
+    return timer.secs[-1], replays.us, outcome(cb)
 
 def graphs_mlp(dev, repeats, bs=64):
+    "4a: the tiny MLP, eager and graphed, by hand and by aisaac; each measurement printed as it is made, then the table of medians"
     variants = {'eager, raw loop': loop_raw, 'eager, aisaac': loop_aisaac(lambda d: [DeviceCB(d), BasicTrainCB()]),
-                'graphed, aisaac': loop_graphed, 'graphed by hand': loop_graph if dev.type == 'cuda' else loop_raw}  # (a stand-in's floor: the raw loop)
+                'graphed, aisaac': loop_graphed, 'graphed by hand': loop_graph_timed if dev.type == 'cuda' else loop_raw}  # (a stand-in's floor: the raw loop)
     set_seed(0)
     base, n = mlp().to(dev), len(mlp_loader(dev, bs, 0))
-    for f in variants.values(): f(copy.deepcopy(base), mlp_loader(dev, bs, 0), dev)  # warm-up
-    times = {k: [] for k in variants}
+    say(f"\n## 4a. whole-step CUDA graphs: tiny MLP {N_IN}-{N_HID}-{N_OUT}, SGD, batch {bs}, data on the {dev.type}, {n} batches an epoch, {repeats} repeats\n")
+    def measure(k, r):
+        res = variants[k](copy.deepcopy(base), mlp_loader(dev, bs, r), dev)
+        secs, gpu, note = res if isinstance(res, tuple) else (res, None, None)
+        return secs, gpu, note
+    for k in variants:  # warm-up
+        secs, gpu, note = measure(k, 0)
+        say(f"- warm-up, {k}: {secs / n * 1e6:.1f} us/batch" + (f", one replay {gpu:.1f} us on the GPU" if gpu is not None else '') + (f" ({note})" if note else ''))
+    res = {k: [] for k in variants}
     for r in range(repeats):
-        for k in random.sample(list(variants), len(variants)): times[k].append(variants[k](copy.deepcopy(base), mlp_loader(dev, bs, r), dev))
-    print(f"\n## 4a. whole-step CUDA graphs: tiny MLP {N_IN}-{N_HID}-{N_OUT}, SGD, batch {bs}, data on the GPU, {n} batches an epoch, {repeats} repeats\n")
-    print("| variant          | us/batch | over the graph by hand | spread |\n|------------------|----------|------------------------|--------|")
-    floor = times['graphed by hand']
-    for k, ts in times.items():
-        print(f"| {k:<16} | {statistics.median(ts) / n * 1e6:8.1f} | {statistics.median(a / b for a, b in zip(ts, floor)):22.2f} | "
-              f"{(max(ts) - min(ts)) / statistics.median(ts):6.1%} |")
-    ratio = statistics.median(a / b for a, b in zip(times['graphed, aisaac'], floor))
-    print(f"\n- target: aisaac graphed within 1.15x the hand-written whole-step graph: {ratio:.2f}x -> {'MET' if ratio <= 1.15 else 'MISSED'}")
+        for k in random.sample(list(variants), len(variants)):
+            res[k].append(measure(k, r))
+            secs, gpu, note = res[k][-1]
+            say(f"- repeat {r + 1}, {k}: {secs / n * 1e6:.1f} us/batch" + (f", one replay {gpu:.1f} us on the GPU" if gpu is not None else ''))
+    floor = [s for s, _, _ in res['graphed by hand']]
+    say("\n| variant          | us/batch | over the graph by hand | one replay on the GPU (us, CUDA events) | spread | the fit |")
+    say("|------------------|----------|------------------------|-----------------------------------------|--------|---------|")
+    for k, v in res.items():
+        ts, gpus = [s for s, _, _ in v], [g for _, g, _ in v if g is not None]
+        say(f"| {k:<16} | {statistics.median(ts) / n * 1e6:8.1f} | {statistics.median(a / b for a, b in zip(ts, floor)):22.2f} | "
+            f"{us(statistics.median(gpus) if gpus else None):>39} | {(max(ts) - min(ts)) / statistics.median(ts):6.1%} | {v[-1][2] or ''} |")
+    ratio = statistics.median(a / b for a, b in zip([s for s, _, _ in res['graphed, aisaac']], floor))
+    say(f"\n- target: aisaac graphed within 1.15x the hand-written whole-step graph: {ratio:.2f}x -> {'MET' if ratio <= 1.15 else 'MISSED'}")
+    g_hand, g_ais = ([g for _, g, _ in res[k] if g is not None] for k in ('graphed by hand', 'graphed, aisaac'))
+    if g_hand and g_ais:
+        gh, ga = statistics.median(g_hand), statistics.median(g_ais)
+        host = statistics.median(s for s, _, _ in res['graphed, aisaac']) / n * 1e6
+        say(f"- inside the graph: aisaac's replay {ga:.1f} us on the GPU, the hand graph's {gh:.1f} us ({ga / gh:.2f}x); aisaac's batch {host:.1f} us "
+            f"on the host clock: {'the time is in the graph' if host <= 1.1 * ga else f'{host - ga:.1f} us a batch are on the host (Python around the replay)'}")
+
+def vision_row(name, acc, secs, note=''):
+    say(f"| {name:<38} | {acc:8.4f} | {secs:7.2f} | {note} |")
 
 def graphs_vision(dev, dsd):
-    "The vision tutorial's recipe, 5 epochs from the same seed: as the tutorial runs it, then bfloat16 with the data on the GPU, eager and graphed"
+    "4b: the vision tutorial's recipe, 5 epochs from the same seed: as the tutorial runs it, then bfloat16 with the data on the GPU, eager and "
+    "graphed; each row printed once its fit ends, a graphed fit that fell back to eager a row that says why"
+    say(f"\n## 4b. the vision tutorial's recipe on the {dev.type}, 5 epochs from the same seed (ResNet, AdamW, one cycle, crop and flip, batch {BS}; "
+        f"on the GPU's data: the learning rate's cycle only)\n")
+    say("| variant                                | accuracy | seconds | the fit |\n|----------------------------------------|----------|---------|---------|")
     rows = {}
     for name in ('eager, tutorial (CPU loader, float16)', 'eager, DeviceLoader, bfloat16', 'graphed, DeviceLoader, bfloat16'):
         on_gpu, graphed = 'DeviceLoader' in name, name.startswith('graphed')
@@ -387,76 +478,71 @@ def graphs_vision(dev, dsd):
         sched = OneCycleSchedulerCB(cycle_momentum=not on_gpu)  # (a graph holds AdamW's betas fixed: on the GPU's data, the rate alone cycles)
         cbs = [DeviceCB(dev), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False), sched,
                MixedPrecisionCB(torch.bfloat16 if on_gpu else None)] + ([] if on_gpu else [BatchAugmentationCB(augment(), on_valid=False)])
-        t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=cbs + ([CUDAGraphCB(strict=True, backend=BACKEND)] if graphed else []))
+        replays = ReplayTimer()
+        t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=cbs + ([replays, CUDAGraphCB(backend=BACKEND)] if graphed else []))
         sync(dev); t0 = time.perf_counter()
         t.fit(5, lr=LR)
         sync(dev); rows[name] = (t.MetricsCB.metrics_epoch[-1]['Accuracy'], time.perf_counter() - t0)
-    print(f"\n## 4b. the vision tutorial's recipe on the GPU, 5 epochs from the same seed (ResNet, AdamW, one cycle, crop and flip, batch {BS}; "
-          f"on the GPU's data: the learning rate's cycle only)\n")
-    print("| variant                                | accuracy | seconds |\n|----------------------------------------|----------|---------|")
-    for k, (acc, secs) in rows.items(): print(f"| {k:<38} | {acc:8.4f} | {secs:7.2f} |")
+        vision_row(name, *rows[name], (outcome(t.CUDAGraphCB) + (f"; one replay {replays.us:.0f} us on the GPU" if replays.us else '')) if graphed else '')
     acc, secs = rows['graphed, DeviceLoader, bfloat16']
-    print(f"\n- target: accuracy >= 0.93 in <= 3 s: {acc:.4f} in {secs:.2f} s -> {'MET' if acc >= 0.93 and secs <= 3 else 'MISSED'}")
+    say(f"\n- target: accuracy >= 0.93 in <= 3 s: {acc:.4f} in {secs:.2f} s -> {'MET' if acc >= 0.93 and secs <= 3 else 'MISSED'}")
 
 def graphs_lm(dev, repeats, n):
-    "The language-model recipe (bench/lm.py's): tokens/s of the raw loop, aisaac eager and aisaac graphed; the losses of the last two side by side"
+    "4c: the language-model recipe (bench/lm.py's): tokens/s of the raw loop, aisaac eager and aisaac graphed; each measurement printed as it "
+    "is made; the losses of the last two side by side"
     import lm
     dsd = load_text_corpus()
     tok = train_tokenizer(dsd['train'], vocab_size=2048)
     dls = text_dataloaders(dsd, tok, block_size=lm.T, bs=lm.BS, seed=0, device=dev)
     set_seed(1)
     base = get_model_gpt(tok.get_vocab_size(), n_layer=4, n_head=4, d_model=192, block_size=lm.T, dropout=0.1).to(dev)
+    say(f"\n## 4c. the language-model recipe (GPT 4x192, fused AdamW, warm-up + cosine, bf16, clipping), {lm.BS} blocks of {lm.T} tokens, "
+        f"{n} training batches, {repeats} repeats\n")
     def aisaac(model, graphed):
-        timer = PassTimer(dev)
+        timer, replays = PassTimer(dev), ReplayTimer()
         cbs = [BasicTrainCB(), MetricsCB(show=False), WarmupCosineSchedulerCB(warmup=lm.WARMUP), GradClipCB(1.0), MixedPrecisionCB(torch.bfloat16), timer]
-        t = Trainer(dls, lambda out, labels: lm_loss(out, labels), lm.OPT, model, callbacks=cbs + ([CUDAGraphCB(strict=True, backend=BACKEND)] if graphed else []))
+        t = Trainer(dls, lambda out, labels: lm_loss(out, labels), lm.OPT, model, callbacks=cbs + ([replays, CUDAGraphCB(backend=BACKEND)] if graphed else []))
         t.fit(steps=n, valid_every=n // 2, lr=lm.LR, valid=False)  # two passes: the second one's seconds (the first holds the warm-up and capture)
-        return timer.secs[-1] / (n // 2), torch.stack(timer.losses).float().cpu()
-    variants = {'eager, raw loop': lambda m: (lm.raw(m, dls.train, n, dev), None),
+        return timer.secs[-1] / (n // 2), torch.stack(timer.losses).float().cpu(), (outcome(t.CUDAGraphCB), replays.us) if graphed else None
+    variants = {'eager, raw loop': lambda m: (lm.raw(m, dls.train, n, dev), None, None),
                 'eager, aisaac': lambda m: aisaac(m, False), 'graphed, aisaac': lambda m: aisaac(m, True)}
-    for f in variants.values(): f(copy.deepcopy(base))  # warm-up
+    for k, f in variants.items():  # warm-up
+        secs, _, note = f(copy.deepcopy(base))
+        say(f"- warm-up, {k}: {secs * 1e3:.2f} ms/batch" + (f" ({note[0]})" if note else ''))
     res = {k: [] for k in variants}
     for r in range(repeats):
         for k in random.sample(list(variants), len(variants)):
             set_seed(100 + r)  # the same dropout for each variant of a repeat
             res[k].append(variants[k](copy.deepcopy(base)))
-    print(f"\n## 4c. the language-model recipe (GPT 4x192, fused AdamW, warm-up + cosine, bf16, clipping), {lm.BS} blocks of {lm.T} tokens, "
-          f"{n} training batches, {repeats} repeats\n")
-    print("| variant          | tokens/s | ms/batch | over eager aisaac |\n|------------------|----------|----------|-------------------|")
-    eager = [s for s, _ in res['eager, aisaac']]
+            secs, _, note = res[k][-1]
+            say(f"- repeat {r + 1}, {k}: {lm.BS * lm.T / secs:,.0f} tokens/s, {secs * 1e3:.2f} ms/batch" + (f", one replay {note[1]:.0f} us on the GPU" if note and note[1] else ''))
+    say("\n| variant          | tokens/s | ms/batch | over eager aisaac | the fit |\n|------------------|----------|----------|-------------------|---------|")
+    eager = [s for s, _, _ in res['eager, aisaac']]
     for k, v in res.items():
-        secs = [s for s, _ in v]
-        print(f"| {k:<16} | {lm.BS * lm.T / statistics.median(secs):8,.0f} | {statistics.median(secs) * 1e3:8.2f} | "
-              f"{statistics.median(a / b for a, b in zip(eager, secs)):16.2f}x |")
+        secs = [s for s, _, _ in v]
+        say(f"| {k:<16} | {lm.BS * lm.T / statistics.median(secs):8,.0f} | {statistics.median(secs) * 1e3:8.2f} | "
+            f"{statistics.median(a / b for a, b in zip(eager, secs)):16.2f}x | {v[-1][2][0] if v[-1][2] else ''} |")
     diff = max(((a[1] - b[1]).abs() / b[1].abs()).max().item() for a, b in zip(res['graphed, aisaac'], res['eager, aisaac']))
-    speedup = statistics.median(a / b for a, (b, _) in zip(eager, res['graphed, aisaac']))
-    print(f"\n- the losses, graphed against eager from the same seed: at most {diff:.2%} apart over {n} batches (target: 1 %, bfloat16)")
-    print(f"- target: >= 2x eager aisaac's tokens/s, the same losses: {speedup:.2f}x, {diff:.2%} -> {'MET' if speedup >= 2 and diff <= 0.01 else 'MISSED'}")
+    speedup = statistics.median(a / b for a, (b, _, _) in zip(eager, res['graphed, aisaac']))
+    say(f"\n- the losses, graphed against eager from the same seed: at most {diff:.2%} apart over {n} batches (target: 1 %, bfloat16)")
+    say(f"- target: >= 2x eager aisaac's tokens/s, the same losses: {speedup:.2f}x, {diff:.2%} -> {'MET' if speedup >= 2 and diff <= 0.01 else 'MISSED'}")
 
-def section_graphs(dev, repeats, quick, stand_in):
+def section_graphs(dev, repeats, quick, stand_in, tables=GRAPH_TABLES):
+    "The tables of `tables` (bench/gpu_run.sh runs each in a process of its own: a CUDA error that sticks to a process ends only its table)"
     global BACKEND
-    if dev.type != 'cuda' and not stand_in:
-        return print("\n## 4. whole-step CUDA graphs: GPU only (CUDAGraphCB runs eagerly on a CPU); `--stand-in` runs the section with EagerGraphs")
-    if stand_in: BACKEND = EagerGraphs(); print("\n# --stand-in: EagerGraphs replays by running the step again, the hand-written graph is the raw loop: NOT figures")
+    if dev.type != 'cuda' and not stand_in: return gpu_only(tables)
+    if stand_in: BACKEND = EagerGraphs(); say("\n# --stand-in: EagerGraphs replays by running the step again, the hand-written graph is the raw loop: NOT figures")
     def vision(): dsd = load_fashion_mnist(); graphs_vision(dev, (sample_dataset_dict(dsd, 4000, 500) if quick else dsd).with_transform(tfm))
-    for name, f in (('4a', lambda: graphs_mlp(dev, 3 if quick else 11)), ('4b', vision), ('4c', lambda: graphs_lm(dev, 2 if quick else 3, 20 if quick else 200))):
-        try: f()
+    run = {'4a': lambda: graphs_mlp(dev, 3 if quick else 11), '4b': vision, '4c': lambda: graphs_lm(dev, 2 if quick else 3, 20 if quick else 200)}
+    for name in tables:
+        try: run[name]()
         except Exception:  # one table's failure (a capture that fails on this card's torch) leaves the others to run
-            import traceback; print(f"\n## {name} FAILED\n```\n{traceback.format_exc()}```")
+            import traceback; say(f"\n## {name} FAILED\n```\n{traceback.format_exc()}```")
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help="'cuda' (default where there is a GPU) or 'cpu'")
-    p.add_argument('--quick', action='store_true', help='a smoke run: few repeats and batches, a 4,000-image sample')
-    p.add_argument('--repeats', type=int, default=None, help='repeats of each variant (default: loop 21, recipe and data 5 on a GPU; 5 and 3 on a CPU; quick 2)')
-    p.add_argument('--batches', type=int, default=None, help='training batches per timing of the recipe and data tables (default 50 on a GPU, 5 on a CPU, quick 2)')
-    p.add_argument('--workers', type=int, default=None, help='DataLoader workers of the PIL path (default 8 on a GPU, 2 on a CPU)')
-    p.add_argument('--sections', nargs='+', default=['loop', 'recipe', 'data'], choices=['loop', 'recipe', 'data', 'graphs'])
-    p.add_argument('--stand-in', action='store_true', help='graphs section on a CPU: EagerGraphs stands in for CUDA graphs (a check that it runs)')
-    p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
-    p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
-    p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
+    p = parser()
     args = p.parse_args()
+    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     warnings.filterwarnings('ignore', message=re.escape('Detected call of `lr_scheduler.step()` before `optimizer.step()`'))  # a float16 step skipped by the scaler
     dev = torch.device(args.device)
     if dev.type == 'cuda' and not torch.cuda.is_available(): sys.exit("--device cuda: torch sees no GPU here; use --device cpu for the smoke run")
@@ -478,7 +564,7 @@ def main():
         compile_too = (dev.type == 'cuda' and not args.no_compile) or args.compile
         if 'recipe' in args.sections: section_recipe(dev, dsd, reps, n, compile_too, n_warm)
         if 'data' in args.sections: section_data(dev, dsd, reps, n, workers, n_warm)
-    if 'graphs' in args.sections: section_graphs(dev, reps, args.quick, args.stand_in)
+    if 'graphs' in args.sections: section_graphs(dev, reps, args.quick, args.stand_in, args.tables)
     print(f"\n# total {time.perf_counter() - t0:.0f} s")
 
 if __name__ == '__main__':

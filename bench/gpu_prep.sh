@@ -35,3 +35,7 @@ py="${PYTHON:-.venv/bin/python}"
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
   -d .gpu/whl "${pkgs[@]}"
 du -sh .gpu/whl .gpu/fashion-mnist .gpu/fortunes
+# the device tool carries at most 64 MiB in all (the working tree included): say so here, not on the GPU machine
+kib=$(du -sk .gpu | cut -f1)
+if [ "$kib" -gt $((56 * 1024)) ]; then echo "!!! .gpu is $((kib / 1024)) MiB: above 56 MiB, the run's carry (64 MiB with the checkout) may be refused"; exit 1; fi
+echo ".gpu: $((kib / 1024)) MiB, within the carry limit; now one run: bash bench/gpu_run.sh with carry [\".gpu\"] (bench/README.md, 'On a GPU')"

@@ -1,36 +1,70 @@
 #!/usr/bin/env bash
 # Everything aisaac checks on a GPU, in one command (bench/README.md, "On a GPU"), for the `device` tool's machine:
 #   run `bash bench/gpu_prep.sh` here first, then on the GPU machine, with `carry: [".gpu"]`:  bash bench/gpu_run.sh
-# Steps, each with its own time limit so that one slow step cannot eat the others' time (seconds, overridable):
-#   1. tests: the cuda-marked tests (tests/test_cuda.py, tests/test_monitors.py), 4 pytest workers, then the CPU tests of
-#      CUDAGraphCB and DeviceLoader (tests/test_graphs.py, tests/test_devicedata.py, 40 s at most; step `cputests`, not a default)   T_TESTS=120
-#   2. graphs: bench/gpu.py --sections graphs: whole-step CUDA graphs (issue 41): the tiny MLP eager, graphed and graphed by
-#      hand; the vision recipe for 5 epochs, eager and graphed, data on the GPU; the LM recipe's tokens/s   T_GRAPHS=160
-#   nb: the GPU page, bench/gpu_page.ipynb, run with its `cuda` cells by bench/gpu_nb.py (execnb) into $OUT/gpu.ipynb,
-#      which becomes nbs/tutorials/gpu.ipynb once it is saved from a GPU (bench/README.md, "On a GPU")   T_NB=110
-#   3. lm: bench/lm.py on the GPU: the language-model recipe, bf16, 200 steps, against the hand-written loop   T_LM=60
-#   4. bench: bench/gpu.py: the loop's per-batch cost, the vision recipe per precision, the data paths   T_BENCH=200
-#   5. suite: the whole suite, where the default device is the GPU, 8 workers   T_SUITE=200
-#      (not the docs', notebooks' and layout tests: nbdev and Jupyter are not on the GPU image)
-# The default, STEPS="tests graphs nb", takes at most 14 + 120 + 160 + 110 s: `timeout_s: 420` in one `run` leaves time to rerun.
-# Outputs (in $OUT when the device tool runs it, else ./out/gpu): cuda_tests.txt and .xml, graphs_bench.txt, lm_bench.txt,
-# gpu_bench.txt, suite.txt. STEPS="tests lm bench" picks steps; EXTRA_PYTEST adds pytest arguments (e.g. `-k vision`).
+# A lent GPU may allow one run of about 10 minutes, so the run cannot lose a figure (issue 48):
+#   - summary.md is written first (the versions, the steps planned) and appended to by every step, as it ends, with its exit status,
+#     its seconds and its figures: what ran, and how far, is in one file even if the run is cut short;
+#   - every step has its own time limit (seconds, overridable), sent as SIGINT, so that pytest and bench/gpu_nb.py write their reports
+#     (pytest's JUnit XML, the page) before they stop; a kill follows 15 s later;
+#   - the graphs tables run one process each (a CUDA error that sticks to a process ends only its table); each prints every
+#     measurement the moment it is made, and a graphed fit that fell back to eager is a row with its reason, not a failed table;
+#   - pytest's per-test limit (T_TEST, 45 s) is below the step's, so a test that hangs fails alone and the step still reports.
+# Steps (STEPS, default "tests graphs nb", about 8 minutes at most; `timeout_s: 570` in one `run`):
+#   tests     the cuda-marked tests (tests/test_cuda.py, tests/test_monitors.py), 4 pytest workers          T_TESTS=120
+#   graphs    bench/gpu.py --sections graphs --tables 4a, then 4b, then 4c, one process each (issues 41, 48): the tiny MLP eager,
+#             graphed and graphed by hand, with the GPU time of one replay of each graph (CUDA events); the vision recipe for 5
+#             epochs, eager and graphed, data on the GPU; the LM recipe's tokens/s                          T_4A=60 T_4B=100 T_4C=90
+#   nb        the GPU page, bench/gpu_page.ipynb, with its `cuda` cells, by bench/gpu_nb.py (execnb) into $OUT/gpu.ipynb, written after
+#             every cell and at the end; it becomes nbs/tutorials/gpu.ipynb (bench/README.md, "On a GPU")  T_NB=150 (a cell: T_CELL=100)
+#   not by default:
+#   cputests  the CPU tests of CUDAGraphCB and DeviceLoader (tests/test_graphs.py, tests/test_devicedata.py)  T_CPUTESTS=60
+#   lm        bench/lm.py on the GPU: the language-model recipe, bf16, 200 steps, against the hand-written loop  T_LM=60
+#   bench     bench/gpu.py's tables 1 to 3, one process each: the loop's per-batch cost, the vision recipe per precision, the data
+#             paths                                                                                            T_BENCH=200 (each)
+#   suite     the whole suite, the GPU the default device, 8 workers (not the docs', notebooks' and layout tests)  T_SUITE=200
+# Outputs, in $OUT (the device tool's) or else ./out/gpu: summary.md, env.txt, cuda_tests.txt and .xml, graphs_4a.txt, graphs_4b.txt,
+# graphs_4c.txt, gpu.ipynb and gpu_nb.txt, [graph_cpu_tests.txt, lm_bench.txt, gpu_bench_{loop,recipe,data}.txt, suite.txt].
+# EXTRA_PYTEST adds pytest arguments (e.g. `-k vision`), GRAPHS_ARGS gpu.py's (e.g. `--quick`), GPU_BENCH_ARGS those of step bench.
+# DRY=1: the dry run on a CPU (tests/test_gpu_run.py): every step runs its CPU part (the cuda tests skip, the graphs tables say
+# "GPU only", the page runs without its `cuda` and `hide` cells), to show that each leaves its file; no figure.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu}"; mkdir -p "$out"
 steps="${STEPS:-tests graphs nb}"
+dry="${DRY:-}"
+sum="$out/summary.md"
 t0=$(date +%s)
 stamp() { echo "# --- $1 at +$(( $(date +%s) - t0 )) s"; }
+note() { echo "$@" >> "$sum"; }
+# run NAME LIMIT FILE CMD...: the step's command under its time limit (SIGINT, then a kill), its output to FILE; its exit status,
+# seconds and the lines of FILE that `figures` picks appended to the summary
+run() {
+  local name=$1 limit=$2 file=$3; shift 3
+  stamp "$name"
+  local s=$(date +%s)
+  timeout -s INT -k 15 "$limit" "$@" >"$file" 2>&1
+  local rc=$?
+  local why=""; [ $rc = 124 ] && why=" (stopped at its limit, ${limit} s)"; [ $rc = 137 ] && why=" (killed after its limit, ${limit} s)"
+  echo "$name exit $rc$why"
+  { echo; echo "## $name: exit $rc$why, $(( $(date +%s) - s )) s, $(basename "$file")"; echo; figures "$file"; } >> "$sum"
+  tail -40 "$file"
+}
+# the lines of a step's output worth a look in the summary: tables, targets, pytest's counts and failures, a page's cells that failed
+figures() { grep -E '^\||^- target|^- inside|^- the losses|^## |FAILED|ERROR|EAGER|[0-9]+ (passed|failed|skipped)|^saved |^  cell |Traceback' "$1" | head -80; }
+
+{ echo "# aisaac on a GPU: bench/gpu_run.sh$( [ -n "$dry" ] && echo ' (DRY: a CPU dry run, no figures)' )"
+  echo; echo "started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), steps: $steps"; } > "$sum"
 
 if [ -d .gpu/whl ] && ! python3 -c "import fastcore, torcheval, fastprogress" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl || { note "wheels: install FAILED"; exit 1; }
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 [ -d .gpu/fashion-mnist ] && export AISAAC_DATA="$PWD/.gpu/fashion-mnist"
 [ -d .gpu/fortunes ] && export AISAAC_TEXT="$PWD/.gpu/fortunes"
-nvidia-smi -L
-python3 - <<'EOF' 2>&1 | tee "$out/env.txt"
+[ -z "$dry" ] && nvidia-smi -L
+py="${PYTHON:-python3}"
+"$py" - <<'EOF' 2>&1 | tee "$out/env.txt"
 import importlib, platform, torch
 print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA', torch.version.cuda, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')
 for m in ('numpy', 'pyarrow', 'fsspec', 'datasets', 'huggingface_hub', 'tokenizers', 'accelerate', 'fastcore', 'torcheval', 'fastprogress'):
@@ -39,46 +73,44 @@ for m in ('numpy', 'pyarrow', 'fsspec', 'datasets', 'huggingface_hub', 'tokenize
 print()
 import aisaac.all; print('aisaac.all imports')
 EOF
+{ echo; echo '```'; cat "$out/env.txt"; echo '```'; } >> "$sum"
 
-if [[ " $steps " == *" tests "* ]]; then
-  stamp tests
+dev=cuda; [ -n "$dry" ] && dev=cpu
+has() { [[ " $steps " == *" $1 "* ]]; }
+if has tests; then
   opts=""  # 4 workers and a per-test limit where the plugins are there (the GPU image has both)
-  python3 -c "import xdist" 2>/dev/null && opts="$opts -n 4"
-  python3 -c "import pytest_timeout" 2>/dev/null && opts="$opts --timeout 200"
-  timeout "${T_TESTS:-120}" python3 -m pytest -m cuda tests/test_cuda.py tests/test_monitors.py -rs -v -p no:cacheprovider \
-    $opts --durations=15 --junitxml="$out/cuda_tests.xml" ${EXTRA_PYTEST:-} >"$out/cuda_tests.txt" 2>&1
-  echo "tests exit $?"; grep -E "FAILED|ERROR|SKIP|[0-9]+ (passed|failed)" "$out/cuda_tests.txt" | tail -40
+  [ -z "$dry" ] && "$py" -c "import xdist" 2>/dev/null && opts="$opts -n 4"  # (not in a dry run: the cuda tests skip, workers would only cost)
+  "$py" -c "import pytest_timeout" 2>/dev/null && opts="$opts --timeout ${T_TEST:-45}"
+  run tests "${T_TESTS:-120}" "$out/cuda_tests.txt" "$py" -m pytest -m cuda tests/test_cuda.py tests/test_monitors.py -rs -v -p no:cacheprovider \
+    $opts --durations=15 --junitxml="$out/cuda_tests.xml" ${EXTRA_PYTEST:-}
 fi
-if [[ " $steps " == *" cputests "* ]]; then
-  stamp cputests
-  timeout 40 python3 -m pytest tests/test_graphs.py tests/test_devicedata.py -q -p no:cacheprovider -n 4 >"$out/graph_cpu_tests.txt" 2>&1
-  echo "graph CPU tests exit $?"; tail -3 "$out/graph_cpu_tests.txt"
+if has cputests; then
+  opts=""; "$py" -c "import xdist" 2>/dev/null && opts="-n 4"
+  run cputests "${T_CPUTESTS:-60}" "$out/graph_cpu_tests.txt" "$py" -m pytest tests/test_graphs.py tests/test_devicedata.py -q -p no:cacheprovider $opts
 fi
-if [[ " $steps " == *" graphs "* ]]; then
-  stamp graphs
-  timeout "${T_GRAPHS:-160}" python3 bench/gpu.py --sections graphs ${GRAPHS_ARGS:-} >"$out/graphs_bench.txt" 2>&1
-  echo "graphs exit $?"; cat "$out/graphs_bench.txt"
+if has graphs; then
+  for t in 4a 4b 4c; do
+    lim=$(eval echo "\${T_${t^^}:-}"); [ -z "$lim" ] && lim=$([ $t = 4a ] && echo 60 || ([ $t = 4b ] && echo 100 || echo 90))
+    run "graphs $t" "$lim" "$out/graphs_$t.txt" "$py" bench/gpu.py --device $dev --sections graphs --tables $t ${GRAPHS_ARGS:-}
+  done
 fi
-if [[ " $steps " == *" nb "* ]]; then
-  stamp nb
-  timeout "${T_NB:-110}" python3 bench/gpu_nb.py bench/gpu_page.ipynb "$out/gpu.ipynb" >"$out/gpu_nb.txt" 2>&1
-  echo "nb exit $?"; tail -30 "$out/gpu_nb.txt"
+if has nb; then
+  skip="--skip cuda --skip hide"; [ -z "$dry" ] && skip=""
+  run nb "${T_NB:-150}" "$out/gpu_nb.txt" "$py" bench/gpu_nb.py bench/gpu_page.ipynb "$out/gpu.ipynb" --cell-timeout "${T_CELL:-100}" $skip
 fi
-if [[ " $steps " == *" lm "* ]]; then
-  stamp lm
-  timeout "${T_LM:-60}" python3 bench/lm.py --device cuda --batches 200 --repeats 3 >"$out/lm_bench.txt" 2>&1
-  echo "lm exit $?"; tail -8 "$out/lm_bench.txt"
+if has lm; then
+  lm_args="--device cuda --batches 200 --repeats 3"; [ -n "$dry" ] && lm_args="--device cpu --batches 2 --repeats 1"
+  run lm "${T_LM:-60}" "$out/lm_bench.txt" "$py" bench/lm.py $lm_args
 fi
-if [[ " $steps " == *" bench "* ]]; then
-  stamp bench
-  timeout "${T_BENCH:-200}" python3 bench/gpu.py ${GPU_BENCH_ARGS:-} >"$out/gpu_bench.txt" 2>&1
-  echo "bench exit $?"; cat "$out/gpu_bench.txt"
+if has bench; then
+  for s in loop recipe data; do
+    run "bench $s" "${T_BENCH:-200}" "$out/gpu_bench_$s.txt" "$py" bench/gpu.py --device $dev --sections $s $([ -n "$dry" ] && echo --quick) ${GPU_BENCH_ARGS:-}
+  done
 fi
-if [[ " $steps " == *" suite "* ]]; then
-  stamp suite
-  opts=""; python3 -c "import xdist" 2>/dev/null && opts="-n 8"
-  timeout "${T_SUITE:-200}" python3 -m pytest tests -q -p no:cacheprovider $opts --ignore=tests/test_docs.py \
-    --ignore=tests/test_notebooks.py --ignore=tests/test_layout.py -rfEs >"$out/suite.txt" 2>&1
-  echo "suite exit $?"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$out/suite.txt" | tail -40
+if has suite; then
+  opts=""; "$py" -c "import xdist" 2>/dev/null && opts="-n 8"
+  run suite "${T_SUITE:-200}" "$out/suite.txt" "$py" -m pytest tests -q -p no:cacheprovider $opts --ignore=tests/test_docs.py \
+    --ignore=tests/test_notebooks.py --ignore=tests/test_layout.py -rfEs
 fi
 stamp end
+note ""; note "ended at +$(( $(date +%s) - t0 )) s"

@@ -2,12 +2,13 @@
 everything it does around its graphs: the learning rate in tensors under every scheduler, per group; the callbacks that keep a
 fit eager, named when it starts; accumulation windows; the events of a replayed batch; shapes, unfreezing, checkpoints.
 The same on a GPU, with real graphs, is in tests/test_cuda.py (marked `cuda`)."""
-import functools, warnings
+import contextlib, functools, warnings
+from unittest import mock
 import pytest
 import torch
 from torch import nn
 from aisaac.core.callback import Callback, CancelBatchException, CancelStepException
-from aisaac.data import DataLoaders
+from aisaac.data import DataLoaders, TensorLoader
 from aisaac.callbacks.schedule import (OneCycleSchedulerCB, WarmupCosineSchedulerCB, BatchSchedulerCB, EpochSchedulerCB,
                                        PlateauSchedulerCB)
 from aisaac.callbacks.gradients import GradAccumCB, GradClipCB, MicroBatchCB
@@ -302,3 +303,230 @@ def test_the_gpu_page_runs_on_the_cpu_with_its_cuda_cells_left_out(tmp_path):
     assert len(ran) >= 6 and not any(o['output_type'] == 'error' for c in ran for o in c.get('outputs', []))
     assert 'no GPU here' in ''.join(''.join(o.get('text', '')) for c in ran for o in c.get('outputs', []))
     assert not any(c.get('outputs') for c in cells if '#| cuda' in ''.join(c['source']))  # (left out: no outputs)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# what callbacks keep across batches: the predictions a replay writes again (issue 46)
+
+def _tm(name, **kw):
+    "A torchmetrics metric, or a skip where torchmetrics is not installed"
+    tm = pytest.importorskip('torchmetrics.classification')
+    return getattr(tm, name)(**kw)
+
+def _regression(n=256, seed=0):
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(seed))
+    return x, x @ torch.randn(8, 2, generator=torch.Generator().manual_seed(99))
+
+def _regression_dls():
+    (x, y), (xv, yv) = _regression(256, 0), _regression(128, 1)
+    return DataLoaders(TensorLoader(x, y, bs=32, shuffle=True, seed=0), TensorLoader(xv, yv, bs=64))
+
+def _sequences(n, seed, vocab=11, T=6):
+    x = torch.randint(0, vocab, (n, T + 1), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], (x[:, :-1] * 3 + 1) % vocab  # a token's label: a fixed function of it, learnable
+
+def _sequence_dls():
+    (x, y), (xv, yv) = _sequences(256, 0), _sequences(128, 1)
+    return DataLoaders(TensorLoader(x, y, bs=32, shuffle=True, seed=0), TensorLoader(xv, yv, bs=64))
+
+class _Tokens(nn.Module):
+    def __init__(self, vocab=11): super().__init__(); self.emb, self.out = nn.Embedding(vocab, 16), nn.Linear(16, vocab)
+    def forward(self, x): return self.out(self.emb(x).relu())
+
+def _seq_loss(out, y): return nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
+
+# the torcheval metrics the docs use (MulticlassAccuracy, Perplexity, MeanSquaredError; torcheval's `Mean` takes no targets), those that keep their inputs
+# until `compute` (AUROC, AUPRC, the precision-recall curve's area), and torchmetrics' (the pytorch-accelerated guide's)
+from torcheval import metrics as tev
+CLASSIFY = dict(model=mlp, dls=tensor_dls, loss=nn.CrossEntropyLoss)
+METRICS = {
+    'MulticlassAccuracy': (lambda: tev.MulticlassAccuracy(), CLASSIFY),
+    'MulticlassAUROC': (lambda: tev.MulticlassAUROC(num_classes=3), CLASSIFY),
+    'MulticlassAUPRC': (lambda: tev.MulticlassAUPRC(num_classes=3), CLASSIFY),
+    'MulticlassPrecision, macro': (lambda: tev.MulticlassPrecision(num_classes=3, average='macro'), CLASSIFY),
+    'MulticlassRecall, macro': (lambda: tev.MulticlassRecall(num_classes=3, average='macro'), CLASSIFY),
+    'Perplexity': (lambda: tev.Perplexity(), dict(model=_Tokens, dls=_sequence_dls, loss=lambda: _seq_loss)),
+    'MeanSquaredError': (lambda: tev.MeanSquaredError(), dict(model=lambda: mlp(n_out=2), dls=_regression_dls, loss=nn.MSELoss)),
+    'R2Score': (lambda: tev.R2Score(), dict(model=lambda: mlp(n_out=2), dls=_regression_dls, loss=nn.MSELoss)),
+    'torchmetrics MulticlassAUROC (exact: keeps its inputs)': (lambda: _tm('MulticlassAUROC', num_classes=3, thresholds=None), CLASSIFY),
+    'torchmetrics MulticlassPrecision': (lambda: _tm('MulticlassPrecision', num_classes=3), CLASSIFY),
+}
+
+def _metric_fit(metric, setup, graph_cb, train_metrics=False):
+    torch.manual_seed(0)
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.metrics import MetricsCB
+    t = Trainer(setup['dls'](), setup['loss'](), torch.optim.Adam, setup['model'](),
+                callbacks=[BasicTrainCB(), MetricsCB(m=metric, train_metrics=train_metrics, show=False), graph_cb])
+    t.fit(3, lr=1e-2)
+    return t
+
+@pytest.mark.parametrize('name', METRICS)
+def test_every_metric_gives_the_eager_value_graphed(name):
+    "Each epoch's value of the metric, graphed (replays from the 4th batch of each shape) and every batch eager, from the same seed: equal. "
+    "AUROC keeps each batch's predictions until `compute`: handed the graph's output, which the next replay writes again, it read 0.713 "
+    "for the eager 0.961 (every batch's predictions the last one's), while accuracy, which reduces them at once, was right"
+    make, setup = METRICS[name]
+    g, e = _metric_fit(make(), setup, graphed(), train_metrics=True), _metric_fit(make(), setup, all_eager(), train_metrics=True)
+    assert g.CUDAGraphCB.counts['replayed'] >= 20 and g.CUDAGraphCB.why_eager is None, g.CUDAGraphCB.counts
+    rows = lambda t: [{k: v for k, v in r.items() if k.endswith('m')} for r in t.MetricsCB.metrics_epoch]
+    assert rows(g) == rows(e), (rows(g), rows(e))
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a capture that fails leaves the process as it was (issue 48): `CUDAGraphs` on a CPU, torch.cuda's calls mocked
+
+class _FakeCUDA:
+    "What `CUDAGraphs.capture` calls of torch.cuda, on the CPU: streams (the current one), graphs whose capture may fail at its end, the allocator's pools"
+    def __init__(self, end_fails):
+        self.current, self.end_fails, self.graphs, self.pools = 'main', end_fails, [], {}
+        fake = self
+        class Stream:
+            def __init__(self, *a, **k): self.name = f'side{len(fake.graphs)}'
+            def wait_stream(self, s): pass
+        class Graph:
+            def __init__(self): self.capturing, self.reset_ = False, False; fake.graphs.append(self)
+            def capture_begin(self, pool=None, capture_error_mode='global', **k):
+                self.capturing, self.id = True, (len(fake.graphs), 0)
+                fake.pools[self.id] = 'routed'  # the allocator sends the capture's allocations to the graph's pool
+            def capture_end(self):
+                self.capturing = False  # (cudaStreamEndCapture ends it, and fails: the capture was invalidated)
+                if fake.end_fails: raise RuntimeError('CUDA error: operation not permitted when stream is capturing')
+                fake.pools[self.id] = 'held'  # (then torch ends the routing: the graph holds its pool)
+            def pool(self): return self.id
+            def reset(self):
+                self.reset_ = True
+                if fake.pools.get(self.id) == 'held': fake.pools[self.id] = 'released'  # (a graph that was made: its pool goes)
+        class stream:  # (as torch's StreamContext: the stream back in `__exit__`, and only there)
+            def __init__(self, s): self.s = s
+            def __enter__(self): self.before, fake.current = fake.current, self.s.name
+            def __exit__(self, *a): fake.current = self.before
+        def end_routing(dev, pool):
+            if fake.pools.get(pool) != 'routed': raise RuntimeError('endAllocatePool: not currently recording to mempool_id')
+            fake.pools[pool] = 'held'
+        def release(dev, pool):
+            if fake.pools.get(pool) != 'held': raise RuntimeError('no such pool')
+            fake.pools[pool] = 'released'
+        self.patches = [mock.patch('torch.cuda.Stream', Stream), mock.patch('torch.cuda.CUDAGraph', Graph), mock.patch('torch.cuda.stream', stream),
+                        mock.patch('torch.cuda.synchronize', lambda *a: None), mock.patch('torch.cuda.empty_cache', lambda: None),
+                        mock.patch('torch.cuda.current_device', lambda: 0), mock.patch('torch._C._host_emptyCache', lambda: None, create=True),
+                        mock.patch('torch._C._cuda_endAllocateToPool', end_routing, create=True),
+                        mock.patch('torch._C._cuda_releasePool', release, create=True),
+                        mock.patch.object(torch.cuda.graph, 'default_capture_stream', None)]
+    def __enter__(self):
+        for p in self.patches: p.start()
+        return self
+    def __exit__(self, *a):
+        for p in reversed(self.patches): p.stop()
+
+@pytest.mark.parametrize('how', ['the step raises', "the capture's end raises"])
+def test_a_capture_that_fails_leaves_the_stream_and_the_memory_as_they_were(how):
+    "Before: `torch.cuda.graph`'s exit ended the capture before restoring the stream, so a capture whose end raised left the process on the "
+    "capture stream (every later kernel on a side stream) with the allocator still routing to the dead graph's pool. Now: the current stream "
+    "back, the routing ended, the pool released, the graph reset; and a capture that works still gives its graph"
+    from aisaac.callbacks.graphplan import CUDAGraphs
+    def step():
+        if how == 'the step raises': raise RuntimeError('operation not permitted when stream is capturing')
+    with _FakeCUDA(end_fails=True) as cuda:
+        with pytest.raises(RuntimeError, match='operation not permitted'): CUDAGraphs().capture(step)
+        g, = cuda.graphs
+        assert cuda.current == 'main' and not g.capturing and g.reset_ and cuda.pools == {g.id: 'released'}, (cuda.current, cuda.pools)
+    with _FakeCUDA(end_fails=False) as cuda:
+        ran = []
+        g = CUDAGraphs().capture(lambda: ran.append(cuda.current))
+        assert ran == ['side0'] and cuda.current == 'main' and not g.reset_ and cuda.pools == {g.id: 'held'}
+
+def test_aisaac_silences_the_capturable_warning_of_its_own_warm_up():
+    "torch warns once when a `capturable` step runs uncaptured (a flag its optimizers set at construction, and lack once copied or unpickled); "
+    "CUDAGraphCB's warm-up batches run it so on purpose: `make_capturable` sets the flag"
+    import copy
+    from aisaac.callbacks.graphplan import make_capturable
+    opt = copy.deepcopy(torch.optim.AdamW(nn.Linear(2, 2).parameters()))  # (a copy: torch's `__setstate__` does not set the flag)
+    assert not getattr(opt, '_warned_capturable_if_run_uncaptured', False)
+    make_capturable(opt, cuda=True)
+    assert opt.param_groups[0]['capturable'] and opt._warned_capturable_if_run_uncaptured
+
+# ---------------------------------------------------------------------------------------------------------------------
+# gradients: made by the graph (a whole step), or kept across batches (accumulation, a `zero_grad` that keeps them)
+
+def test_a_whole_step_graph_leaves_no_gradient_as_an_eager_batch_does():
+    "After a replayed batch no parameter holds a gradient (the graph made them, `zero_grad` let them go), as after an eager batch"
+    class Grads(Callback):
+        cuda_graph = 'host'
+        def before_fit(self, t): self.held = []
+        def after_batch(self, t):
+            if t.training: self.held.append(sum(p.grad is not None for p in t.model.parameters()))
+    t, w = fit(Grads(), graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and set(t.Grads.held) == {0}, t.Grads.held
+    assert torch.equal(w, fit(all_eager())[1])
+
+def test_gradients_left_by_eager_batches_are_added_to_not_dropped():
+    "Accumulation that begins mid-fit (GradAccumCB from 1 to 2 batches a step after 2 epochs): the step's graph, captured from no gradient, meets "
+    "those of the window's first batch, run eagerly (its warm-up); it is captured again, adding to them: the weights of the same fit never replayed"
+    class Later(Callback):
+        cuda_graph = 'host'
+        def after_epoch(self, t):
+            if t.training and t.epoch == 1: t.GradAccumCB.n_batches = 2
+    t, w = fit(GradAccumCB(1), Later(), graphed(), n_epochs=5)
+    assert t.CUDAGraphCB.counts['captured'] == 4 and t.CUDAGraphCB.why_eager is None, t.CUDAGraphCB.counts  # step, validation, the step again, no step
+    assert torch.equal(w, fit(GradAccumCB(1), Later(), all_eager(), n_epochs=5)[1])
+
+def test_a_zero_grad_that_keeps_the_gradients_is_graphed_as_eagerly():
+    "`MomentumTrainCB` scales the gradients in `zero_grad` instead of zeroing them: they live across batches, the graphs add into them"
+    from aisaac.callbacks.train import MomentumTrainCB
+    def run(cb):
+        torch.manual_seed(0)
+        from aisaac.trainer import Trainer
+        from aisaac.callbacks.metrics import MetricsCB
+        t = Trainer(tensor_dls(), nn.CrossEntropyLoss(), torch.optim.SGD, mlp(), callbacks=[MomentumTrainCB(0.5), MetricsCB(show=False), cb])
+        t.fit(4, lr=1e-2)
+        return t, weights(t.model)
+    t, w = run(graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and t.CUDAGraphCB.why_eager is None, (t.CUDAGraphCB.counts, t.CUDAGraphCB.why_eager)
+    assert torch.equal(w, run(all_eager())[1])
+
+def test_predictions_in_a_tuple_kept_by_a_callback_are_each_batchs():
+    "A model returning `(logits, aux)` and a callback that keeps them (`cuda_graph = 'keep'`): each batch's own, as eagerly (before, the "
+    "stand-in's replays wrote no tuple into the graph's outputs, and a tuple was not copied for the callback)"
+    class Pair(nn.Module):
+        def __init__(self): super().__init__(); self.net = mlp()
+        def forward(self, x): y = self.net(x); return y, {'double': 2 * y}
+    class Keep(Callback):
+        cuda_graph = 'keep'
+        def before_fit(self, t): self.kept = []
+        def after_batch(self, t):
+            if not t.training: self.kept.append(t.preds)
+    def run(cb):
+        torch.manual_seed(0)
+        from aisaac.trainer import Trainer
+        from aisaac.callbacks.train import BasicTrainCB
+        t = Trainer(tensor_dls(), lambda p, y: nn.functional.cross_entropy(p[0], y), torch.optim.Adam, Pair(), callbacks=[BasicTrainCB(), Keep(), cb])
+        t.fit(4, lr=1e-2)
+        return t, torch.cat([torch.cat([a, b['double']], 1) for a, b in t.Keep.kept])
+    t, kept = run(graphed())
+    assert t.CUDAGraphCB.counts['replayed'] > 20 and t.CUDAGraphCB.why_eager is None, t.CUDAGraphCB.counts
+    assert torch.equal(kept, run(all_eager())[1])
+
+def test_the_equality_checks_compare_values_not_bits():
+    "A replay and an eager step may give a zero of the other sign (a gradient of -0.0 added into a zeroed tensor is 0.0): the tests' bit-for-bit "
+    "checks (`torch.equal`, also in tests/test_cuda.py) compare values, in which -0.0 is 0.0; a bitwise comparison would not"
+    a, b = torch.tensor([0.0, 1.5]), torch.tensor([-0.0, 1.5])
+    assert torch.equal(a, b)
+    assert not torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+def test_the_collectors_of_predictions_and_losses_get_each_batchs_graphed():
+    "What keeps per-batch tensors across batches, graphed against every batch eager: `capture_preds` (its pass of 8 validation batches: "
+    "3 warm-up, then replays), `ItemLossesCB` (each item's loss and the top inputs), and MetricsCB's losses"
+    from aisaac.callbacks.interpret import ItemLossesCB
+    import aisaac.callbacks.preds  # noqa: F401 (trainer.capture_preds)
+    def run(cb):
+        losses = Losses()
+        t = make_trainer(ItemLossesCB(keep=4), losses, cb, dls=tensor_dls(bs=8))
+        t.fit(3, lr=1e-2)
+        l, counts = losses.values(), dict(cb.counts)  # (before capture_preds, whose fit starts them again)
+        preds = t.capture_preds(inps=True)
+        return t, preds, l, (counts, dict(cb.counts))
+    t, (p, y, x), l, counts = run(graphed())
+    t0, (p0, y0, x0), l0, _ = run(all_eager())
+    assert counts[0]['replayed'] > 80 and counts[1]['replayed'] >= 4 and t.CUDAGraphCB.why_eager is None, counts
+    assert torch.equal(p, p0) and torch.equal(y, y0) and torch.equal(x, x0) and torch.equal(l, l0)
+    assert torch.equal(t.ItemLossesCB.losses, t0.ItemLossesCB.losses) and torch.equal(t.ItemLossesCB.top_idxs, t0.ItemLossesCB.top_idxs)

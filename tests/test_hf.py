@@ -76,6 +76,22 @@ def test_a_design_gpt_cannot_hold_is_refused():
     with pytest.raises(ValueError, match=r"activation_function is 'gelu_new' \(GPT: 'gelu'\)"): hf_to_gpt(hf)
     with pytest.raises(TypeError, match="gpt_to_hf converts aisaac's `GPT`"): gpt_to_hf(hf)
 
+def test_a_gpt2_with_another_layer_norm_epsilon_converts_with_its_epsilon_and_back():
+    "hf_to_gpt ignored `layer_norm_epsilon`: a GPT-2 with 0.1 came back as a GPT with torch's 1e-5, logits up to 0.916 apart"
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=T + 1, n_embd=32, n_layer=2, n_head=2, activation_function='gelu',
+                                                              layer_norm_epsilon=0.1, bos_token_id=0, eos_token_id=0)).eval()
+    with torch.no_grad():
+        for p in hf.parameters(): p.add_(torch.randn_like(p) * 0.1)
+    g, x = hf_to_gpt(hf), ids()
+    with torch.no_grad(): torch.testing.assert_close(g(x), hf(x).logits, atol=1e-5, rtol=1e-5)
+    assert {m.eps for m in g.modules() if isinstance(m, torch.nn.LayerNorm)} == {0.1}
+    back = gpt_to_hf(g)
+    assert back.config.layer_norm_epsilon == 0.1
+    with torch.no_grad(): torch.testing.assert_close(back(x).logits, hf(x).logits, atol=1e-5, rtol=1e-5)
+    g.blocks[0].ln1.eps = 1e-5  # layer norms of several epsilons: GPT-2 has one
+    with pytest.raises(ValueError, match=r"one `layer_norm_epsilon`.*1e-05.*0\.1"): gpt_to_hf(g)
+
 def test_gpt_saved_as_gpt2_with_its_tokenizer_loads_with_from_pretrained(tmp_path):
     pytest.importorskip('tokenizers')
     from aisaac.text import train_tokenizer, EOT

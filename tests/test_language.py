@@ -153,3 +153,46 @@ def test_bf16_clipping_compile_and_a_checkpoint_resume_on_a_language_model(tmp_p
     compiled = trainer(cbs=[*cbs(), CompileCB()])
     compiled.fit(steps=4, valid_every=4, lr=1e-2)
     assert compiled.history.get_latest_metric('valid_loss') == pytest.approx(straight.history.get_metric_values('valid_loss')[0], rel=2e-2)
+
+# ---------------------------------------------------------------- issue 46: a model's own loss, in either order
+class TupleLM(TinyLM):
+    "nanoGPT's contract: `logits, loss = model(idx, targets)`; or, `order='loss first'`, `(loss, logits)` as transformers' `return_dict=False`"
+    def __init__(self, order='logits first', extra=()):
+        super().__init__(False)
+        self.order, self.extra = order, extra
+    def forward(self, idx, targets=None):
+        logits = super().forward(idx)
+        loss = lm_loss(logits, targets)
+        out = (logits, loss) if self.order == 'logits first' else (loss, logits)
+        return (*out, *self.extra)
+
+def tuple_trainer(model, cbs=()):
+    torch.manual_seed(0)
+    tup = lambda bs: [(b['input_ids'], b['labels']) for b in bs]
+    dls = types.SimpleNamespace(train=tup(lm_batches(8, 4)), valid=tup(lm_batches(3, 4, seed=1, pad_last=5)))
+    return Trainer(dls, None, torch.optim.AdamW, model, callbacks=[BasicTrainCB(), MetricsCB(show=False), *cbs])
+
+@pytest.mark.parametrize('order', ['logits first', 'loss first'])
+def test_a_model_returning_logits_and_loss_in_either_order_trains_on_its_own_loss(order):
+    "`(logits, loss)` (nanoGPT) was refused with a misleading hint ('give the batch its labels'), its loss taken for the predictions"
+    torch.manual_seed(0); ref = TinyLM(False)
+    a = trainer(own=False, cbs=[MetricsCB(show=False)]); a.fit(2, lr=1e-2)
+    torch.manual_seed(0); m = TupleLM(order)
+    b = tuple_trainer(m); b.fit(2, lr=1e-2)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()): assert torch.allclose(pa, pb, atol=1e-6)
+    assert b.history.get_metric_values('valid_loss') == pytest.approx(a.history.get_metric_values('valid_loss'), rel=1e-5)
+    assert b.preds.shape == (4, T, V)  # the metrics get the logits, in either order
+
+def test_the_logits_of_a_tuple_are_its_first_tensor_that_is_not_the_loss():
+    "What `SampleCB` generates from: nanoGPT's model without targets returns `(logits, None)`, whose second item was taken for the logits"
+    from aisaac.callbacks.train import _logits
+    x, loss = torch.randn(2, 3, 4), torch.tensor(1.)
+    assert _logits((x, None)) is x and _logits((loss, x)) is x and _logits((x, loss)) is x and _logits((loss, x, (x, x))) is x
+
+def test_a_model_whose_loss_cannot_be_told_apart_names_both_orders():
+    zero = torch.tensor(0.)
+    for m in (TupleLM('logits first', extra=(zero,)), TupleLM('loss first', extra=(zero,))):  # two 0-dim tensors: which is the loss?
+        with pytest.raises(ValueError, match=r"2 0-dim tensors.*`\(loss, logits\)` or `\(logits, loss\)`"): tuple_trainer(m).fit(1)
+    class LogitsOnly(TinyLM):
+        def forward(self, idx, targets=None): return (super().forward(idx), super().forward(idx))
+    with pytest.raises(ValueError, match=r"no 0-dim tensor.*`\(loss, logits\)` or `\(logits, loss\)`"): tuple_trainer(LogitsOnly()).fit(1)

@@ -332,3 +332,20 @@ def test_packed_rows_without_the_block_mask_are_refused_while_the_model_makes_a_
         for r in range(4):
             for s, e in _docs(b['position_ids'][r]):
                 torch.testing.assert_close(out[r, s:e], m(input_ids=b['input_ids'][r:r+1, s:e]).logits[0], atol=2e-5, rtol=1e-4)
+
+# ------------------------------------------------------------------------------------------------ issue 46: two features together
+@pytest.mark.parametrize('pack', [False, True])
+def test_sft_labels_shifted_twice_or_not_at_all_are_refused_naming_the_flag(tok, pack):
+    "An HF causal LM on shifted SFT batches learnt the reply token two ahead; aisaac's GPT with `lm_loss` on HF batches learnt to copy its input"
+    from aisaac.models import get_model_gpt, lm_loss
+    data = {'train': qa(WORDS, 3), 'valid': qa(WORDS, 3)}
+    V = as_tokenizer(tok).vocab_size
+    m = _tiny('gpt2', V)
+    m.config.use_cache = False  # (packed without the block mask: allowed then)
+    with pytest.raises(ValueError, match=r"next tokens already.*`hf_labels=False`.*two ahead.*`hf_labels=True`"):
+        _fit(sft_dataloaders(data, tok, block_size=32, bs=4, pack=pack), m)
+    gpt = get_model_gpt(V, n_layer=1, n_head=2, d_model=16, block_size=64)
+    with pytest.raises(ValueError, match=r"`input_ids` themselves.*`hf_labels=True`.*copy its input.*`hf_labels=False`"):
+        _fit(sft_dataloaders(data, tok, block_size=32, bs=4, pack=pack, hf_labels=True, block_mask=False), gpt, lm_loss)
+    _fit(sft_dataloaders(data, tok, block_size=32, bs=4, pack=pack, hf_labels=True), _tiny('gpt2', V))  # as each takes them: fine
+    _fit(sft_dataloaders(data, tok, block_size=32, bs=4, pack=pack), gpt, lm_loss)

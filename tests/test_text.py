@@ -228,3 +228,44 @@ def test_a_model_smaller_than_the_tokenizers_vocabulary_is_refused_before_its_fi
     with pytest.raises(ValueError, match=r"The tokenizer has 512 tokens, but the model's input embedding has 500 rows.*" +
                        (r"resize_token_embeddings\(512\)" if hf else r"get_model_gpt\(512, \.\.\.\)")): t.fit(1)
     assert calls == []  # before the model ran
+
+# ------------------------------------------------------------------------------------------------ issue 46: two features together
+def _tiny_gpt2(V=512, T=33):
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=T, n_embd=16, n_layer=1, n_head=2,
+                                                                bos_token_id=0, eos_token_id=0))
+
+class OwnLM(torch.nn.Module):
+    "A user's own model with its own loss: how it lines its labels up cannot be known, so nothing is refused"
+    def __init__(self, V=512):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, 16)
+        self.out = torch.nn.Linear(16, V)
+    def forward(self, input_ids, labels=None):
+        logits = self.out(self.emb(input_ids))
+        return {'loss': lm_loss(logits[:, :-1], labels[:, 1:]), 'logits': logits}
+
+@pytest.mark.parametrize('hf_labels, model, loss, fix', [
+    (False, 'hf', None, r"labels.*next tokens already.*`hf_labels=False`.*shifts them once more.*two ahead.*`hf_labels=True`"),
+    (True, 'gpt', lm_loss, r"`input_ids` themselves.*`hf_labels=True`.*`lm_loss`.*copy its input.*`hf_labels=False`"),
+    (True, 'gpt', None, r"`input_ids` themselves.*`hf_labels=True`.*GPT.*copy its input.*`hf_labels=False`"),
+    (True, 'hf', lm_loss, r"`input_ids` themselves.*`lm_loss`.*copy its input.*`hf_labels=False`.*`loss_func=None`")])
+def test_labels_shifted_twice_or_not_at_all_are_refused_naming_the_flag(dsd, tok, hf_labels, model, loss, fix):
+    "An HF causal LM on shifted batches learnt the token two ahead (valid loss 5.3751, next-token 5.3667); GPT on HF batches learnt to copy (3.8197 reported, 6.0136 true)"
+    dls = text_dataloaders(dsd, tok, block_size=32, bs=8, hf_labels=hf_labels)
+    m = _tiny_gpt2() if model == 'hf' else get_model_gpt(512, n_layer=1, n_head=2, d_model=16, block_size=33)
+    calls = []
+    m.register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match=fix): Trainer(dls, loss, torch.optim.AdamW, m, callbacks=[BasicTrainCB()]).fit(1)
+    assert calls == []  # refused before the model ran
+
+@pytest.mark.parametrize('hf_labels, model, loss', [(True, 'hf', None), (False, 'hf', lm_loss), (False, 'gpt', lm_loss), (False, 'gpt', None),
+                                                    (False, 'own', None), (True, 'own', None)])
+def test_labels_as_the_model_and_loss_take_them_train(dsd, tok, hf_labels, model, loss):
+    dls = text_dataloaders(dsd, tok, block_size=32, bs=8, hf_labels=hf_labels)
+    dls.train.tensors, dls.valid.tensors = (dls.train.tensors[0][:16],), (dls.valid.tensors[0][:8],)
+    dls.train.n, dls.valid.n = 16, 8
+    m = {'hf': _tiny_gpt2, 'gpt': lambda: get_model_gpt(512, n_layer=1, n_head=2, d_model=16, block_size=33), 'own': OwnLM}[model]()
+    Trainer(dls, loss, torch.optim.AdamW, m, callbacks=[BasicTrainCB()]).fit(1)
+    assert dls.hf_labels is hf_labels and dls.train.hf_labels is hf_labels

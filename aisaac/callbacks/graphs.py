@@ -17,8 +17,9 @@ from .graphplan import _predict, _backward, _step, graph_plan, graph_problems, m
 
 # %% ../../nbs/callbacks/77_graphs.ipynb #7939b1c7
 class _Graph:
-    "One captured step: its static inputs (`batch`), whether it steps the optimizer, its graph and outputs"
-    def __init__(self, inputs, layout, step): self.inputs, self.batch, self.step, self.graph, self.preds, self.loss = inputs, _rebuild(layout, inputs), step, None, None, None
+    "One captured step: its static inputs (`batch`), whether it steps the optimizer, whether its gradients are its own (`lean`), its graph and outputs"
+    def __init__(self, inputs, layout, step, lean):
+        self.inputs, self.batch, self.step, self.lean, self.graph, self.preds, self.loss = inputs, _rebuild(layout, inputs), step, lean, None, None, None
 
 def _flat(b):
     "The tensors of a batch (a tuple, list or dict of tensors) and its layout; `(None, None)` for any other batch"
@@ -36,14 +37,27 @@ def _len(dl):
 def _rebuild(layout, ts): return dict(zip(layout[1], ts)) if layout[0] is dict else layout[0](ts)
 
 def _write(out, new):
+    "Copy `new` into the graph's output `out` (a tensor, or a tuple, list or dict of them)"
     if isinstance(out, torch.Tensor): out.detach().copy_(new.detach())
+    elif isinstance(out, (tuple, list)):
+        for o, n in zip(out, new): _write(o, n)
+    elif isinstance(out, dict):
+        for k in out: _write(out[k], new[k])
+
+def _copy(o):
+    "A copy of each tensor of `o` (a tensor, or a tuple, list or dict of them), for a callback that keeps it past the next replay"
+    if isinstance(o, torch.Tensor): return o.detach().clone()
+    if isinstance(o, (tuple, list)): return type(o)(map(_copy, o)) if type(o) in (tuple, list) else o
+    if isinstance(o, dict): return {k: _copy(v) for k, v in o.items()}
+    return o
 
 @contextlib.contextmanager
-def _zeroing_in_place(opt):
-    "`opt.zero_grad()` zeroes the gradients in place (a graph's zeroing keeps the tensors it reads)"
-    opt.zero_grad = functools.partial(type(opt).zero_grad, opt, set_to_none=False)
+def _zeroing_at_once(opt, params):
+    "`opt.zero_grad()` zeroes the gradients of `params` in place, with one kernel (a graph's zeroing keeps the tensors it reads)"
+    opt.zero_grad = lambda set_to_none=None: torch._foreach_zero_([p.grad for p in params if p.grad is not None])
     try: yield
     finally: del opt.zero_grad
+
 
 # %% ../../nbs/callbacks/77_graphs.ipynb #146da7c1
 class GraphWarning(UserWarning): "`CUDAGraphCB` runs a fit, or the rest of it, eagerly, and says why"
@@ -93,7 +107,7 @@ class CUDAGraphCB(Callback):
         self._captured = {(id(cb), ev) for cb, ev in captured}
         for cb, ev in captured: self._wrap(cb, ev)
         trainer.plans.clear()  # (made again with the wrapped handlers)
-        self._on, self._dirty, self._n, self._fixed, self._used = True, False, 0, self._snapshot(opt), None
+        self._on, self._dirty, self._clear, self._lean_ok, self._n, self._fixed, self._used = True, False, None, True, 0, self._snapshot(opt), None
         self.counts = collections.Counter()  # batches 'replayed' and run 'eager', graphs 'captured', in this fit
 
     @property
@@ -182,29 +196,44 @@ def before_batch(self:CUDAGraphCB, trainer):
                                             f"replays one shape: pad or bucket them to a few sizes, or use `drop_last=True`")
         if n <= self.warmup or len(self._graphs) >= self.max_graphs: return self._eager(trainer, key, warm=n <= self.warmup)
         if (rec := self._capture(trainer, key, leaves, layout, step)) is None: return  # it could not: eager from here on
+    elif rec.lean and not self._no_grads():  # gradients left by the batches before (an accumulation window that began eagerly)
+        self._lean_ok = False  # (its graph makes its gradients anew: captured again, adding to the model's own, for the rest of the fit)
+        del self._graphs[key]
+        if (rec := self._capture(trainer, key, leaves, layout, step)) is None: return
     self._replay(trainer, rec, leaves)
 
 @patch
 def _eager(self:CUDAGraphCB, trainer, key, warm):
     "This batch runs eagerly: a warm-up batch on a side stream; a batch of a shape beyond `max_graphs`, as it is (said once)"
     self.counts['eager'] += 1
-    self._dirty |= trainer.model.training  # (its `zero_grad` sets the gradients to None: the graphs' come back before a replay)
+    if trainer.model.training: self._dirty, self._clear = True, None  # (its `zero_grad` sets the gradients to None, or not: seen before a replay)
     if warm: self._stack.enter_context(self.backend.side_stream())
     else: self._say(f"{len(self._graphs)} graphs made, the most `max_graphs` allows: the batches of further shapes run eagerly", warn=False)
 
 @patch
+def _no_grads(self:CUDAGraphCB):
+    "Whether no parameter holds a gradient (read only after an eager batch, which may have left some)"
+    if self._clear is None: self._clear = all(p.grad is None for p in self._params)
+    return self._clear
+
+@patch
 def _capture(self:CUDAGraphCB, trainer, key, leaves, layout, step):
     "Capture this batch's step on copies of its tensors (the graph's static inputs); `None` when it cannot be"
-    rec, training = _Graph([t.clone() for t in leaves], layout, step), trainer.model.training
+    training = trainer.model.training
+    lean = step and self._lean_ok and self._no_grads()  # a whole step from no gradients: the graph makes them, and `zero_grad` lets them go
+    rec = _Graph([t.clone() for t in leaves], layout, step, lean)
     refused, *_ = graph_plan(trainer)  # (what only the first batches tell: `GradAccumCB` counting tokens)
     if refused: return self._fall_back(trainer, '; '.join(f"{n} {w}" for n, w in refused))
-    if training: self._own_grads()
+    if training and not lean: self._own_grads()
     if self._ring is None: self._make_ring(trainer, leaves[0].device)
-    self._fill()
+    self._fill(); self._past_ring()
     self._graphing = True
     try:
         rec.graph = self.backend.capture(lambda: self._run_step(trainer, rec))
-        if training and any(p.grad is not self._grads[p] for p in self._given):
+        if lean and any(p.grad is not None for p in self._params):
+            raise RuntimeError("the step's `zero_grad` kept the gradients (set in place, or scaled: `MomentumTrainCB`), so a graph that makes them anew "
+                               "would drop what a later batch adds to them")
+        if training and not lean and any(p.grad is not self._grads[p] for p in self._given):
             raise RuntimeError("a gradient tensor was replaced while the step was captured (`zero_grad(set_to_none=True)`, or an update out of "
                                "place), so a replay would write gradients the model no longer reads")
     except Exception as e: return self._fall_back(trainer, f"the {'training' if training else 'validation'} step could not be captured "
@@ -220,40 +249,47 @@ def _capture(self:CUDAGraphCB, trainer, key, leaves, layout, step):
 
 @patch
 def _run_step(self:CUDAGraphCB, trainer, rec):
-    "The step a graph captures: the captured handlers of the step's events, in order, on the static inputs, zeroing in place; the loss into its slot"
+    "The step a graph captures: the captured handlers of the step's events, in order, on the static inputs; the loss into its slot"
     batch, trainer.batch = trainer.batch, rec.batch
+    training = trainer.model.training
     try:
-        with _zeroing_in_place(trainer.opt):
-            for ev in _predict + ((_backward + (_step if rec.step else ())) if trainer.model.training else ()):
+        with contextlib.nullcontext() if rec.lean or not training else _zeroing_at_once(trainer.opt, self._given):
+            for ev in _predict + ((_backward + (_step if rec.step else ())) if training else ()):
                 for cb, f, _, _ in trainer.dispatch(ev):
                     if (id(cb), ev) in self._captured: f(trainer)
         if rec.loss is None: rec.preds, rec.loss = trainer.preds, trainer.loss  # the graph's outputs, written again by each replay
         else: _write(rec.loss, trainer.loss); _write(rec.preds, trainer.preds)  # (a stand-in's replay runs this again: the same outputs)
-        if trainer.loss.numel() == 1:
-            i = self._count.clamp(max=len(self._ring) - 1)  # the last slot takes what a fit longer than the buffer writes
-            self._ring.index_copy_(0, i.view(1), trainer.loss.detach().float().view(1))
+        if trainer.loss.numel() == 1:  # two kernels: the loss into the slot the count points at, the count on by one
+            self._ring.index_copy_(0, self._count.view(1), trainer.loss.detach().float().view(1))
             self._count.add_(1)
     finally: trainer.batch = batch
 
 @patch
+def _past_ring(self:CUDAGraphCB):
+    "A batch past the buffer's end (a loader longer than it said): its loss goes to the last slot, and `trainer.loss` is a copy"
+    if self._n >= len(self._slots) - 1: self._count.fill_(len(self._slots) - 1)
+
+@patch
 def _replay(self:CUDAGraphCB, trainer, rec, leaves):
     "Copy the batch into the graph's inputs, the learning rates into their tensors, replay; the predictions and loss are the graph's"
-    if self._dirty and trainer.model.training: self._own_grads()
+    training = trainer.model.training
+    if self._dirty and training and not rec.lean: self._own_grads()
     for s, t in zip(rec.inputs, leaves): s.copy_(t)
-    self._fill()
+    self._fill(); self._past_ring()
     self._graphing = True
     try: rec.graph.replay()
     finally: self._graphing = False
+    if training: self._dirty, self._clear = rec.lean, rec.lean  # (after a lean graph, no parameter holds a gradient; after another, its own)
     self._replaying, self._rec, self._done = True, rec, False
     self.counts['replayed'] += 1
-    trainer.preds = rec.preds.clone() if self._keep and isinstance(rec.preds, torch.Tensor) else rec.preds
+    trainer.preds = _copy(rec.preds) if self._keep else rec.preds  # (a callback that keeps them past the next replay gets its own)
     n, self._n = self._n, self._n + 1
     trainer.loss = self._slots[n] if rec.loss.numel() == 1 and n < len(self._slots) - 1 else rec.loss.detach().clone()
 
 @patch
 def _own_grads(self:CUDAGraphCB):
     "Every trainable parameter that eager steps saw with a gradient gets the gradient tensor the graphs read (made once), holding what an eager batch left there; the others none, as eagerly"
-    self._dirty, self._given = False, []
+    self._dirty, self._clear, self._given = False, False, []
     for p in self._params:
         if not p.requires_grad or (self._used is not None and id(p) not in self._used): p.grad = None; continue
         self._given.append(p)
@@ -270,6 +306,7 @@ def _make_ring(self:CUDAGraphCB, trainer, device):
     n = 2**16 if train is None or valid is None else trainer.n_epochs * (train + valid)
     self._ring, self._count = torch.zeros(n + 1, device=device), torch.zeros((), dtype=torch.long, device=device)
     self._slots = self._ring.unbind(0)
+
 
 # %% ../../nbs/callbacks/77_graphs.ipynb #1af9f589
 @patch
@@ -310,6 +347,7 @@ def after_load_checkpoint(self:CUDAGraphCB, trainer):
     if not self._on: return
     make_capturable(self._optimizer, self._lrs[0].device.type == 'cuda')
     self._graphs, self._seen, self._last, self._fixed = {}, {}, [None] * len(self._lrs), self._snapshot(self._optimizer)
+    self._dirty, self._clear, self._lean_ok = True, None, True
 
 @patch
 def _fall_back(self:CUDAGraphCB, trainer, why, error=None):
