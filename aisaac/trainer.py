@@ -39,18 +39,33 @@ def _untraced(e):
 
 class ClosedPasses:
     "A `Trainer` layer: a pass that ends on an exception shuts down its loader's iterator (its workers stop now); a fit in steps shuts down its stream's when it ends; a cancel kept in `trainer.exception` keeps no traceback"
+    _pass_loader = None  # the loader of the pass in progress, as the layers below gave it
+    def train_loader(self):
+        "The training pass's loader (the layers' below), noted: its iterator is shut down if the pass ends early"
+        self._pass_loader = dl = super().train_loader(); return dl
+    def valid_loader(self):
+        "The validation pass's loader (the layers' below: `dls.valid`, an evaluation set's), noted: its iterator is shut down if the pass ends early"
+        self._pass_loader = dl = super().valid_loader(); return dl
+
     def one_pass(self, training:bool): # the training pass (`True`) or the validation pass
         "One pass (the layers' below); if it ends on an error or a cancel (of the fit, or of the pass itself), its loader's iterator is shut down"
         try: super().one_pass(training)
         except BaseException as e:
-            _close(_pass_iterator(e.__traceback__))
+            self._close_pass(e)
             raise
-        if isinstance(e := self.__dict__.get('exception'), CancelException): _close(_pass_iterator(e.__traceback__))  # (`CancelEpochException`)
+        if isinstance(e := self.__dict__.get('exception'), CancelException): self._close_pass(e)  # (`CancelEpochException`)
+
+    def _close_pass(self, e):
+        "Shut down the iterator of the pass that `e` ended: the kernel loop's, and the one its loader keeps (torchdata's `StatefulDataLoader` keeps its iterator, so closing a generator over it, a progress bar's, does not free it)"
+        _close(_pass_iterator(e.__traceback__))
+        _close(getattr(self._pass_loader, '_iterator', None))
 
     def end_fit(self):
-        "After a fit: shut down the iterator of a run in steps' stream; a cancel left in `exception` keeps no traceback (its frames held the trainer and its loaders)"
+        "After a fit: shut down the iterator of a run in steps' stream (and the one its loader keeps); a cancel left in `exception` keeps no traceback (its frames held the trainer and its loaders)"
         try:
-            if (s := self.__dict__.get('_stream')) is not None and s.it is not None: close_iterator(s.it); s.it = None
+            if (s := self.__dict__.get('_stream')) is not None and s.it is not None:
+                _close(s.it); s.it = None
+                _close(getattr(self.dls.train, '_iterator', None))
             if isinstance(e := self.__dict__.get('exception'), CancelException): _untraced(e)
         finally: super().end_fit()
 

@@ -93,10 +93,11 @@ def test_persistent_workers_stay_for_the_next_epoch_and_the_pass_loader_is_the_l
     t.dls.train._iterator._shutdown_workers()
     assert workers() == 0
 
-def test_a_progress_bar_over_the_loader_is_closed_with_its_iterator():
-    "ProgressCB's bar is a generator over the loader: closing it frees the loader's iterator inside, whose workers stop"
+@pytest.mark.parametrize('kind', KINDS)
+def test_a_progress_bar_over_the_loader_is_closed_with_its_iterator(kind):
+    "ProgressCB's bar is a generator over the loader: closing it frees the loader's iterator inside (a StatefulDataLoader, which keeps its iterator, has it shut down)"
     from aisaac.callbacks.progress import ProgressCB
     import contextlib, io
-    t = trainer('DataLoader', ProgressCB(bars=True), RaiseAt(CancelFitException('stop')))
+    t = trainer(kind, ProgressCB(bars=True), RaiseAt(CancelFitException('stop')))
     with contextlib.redirect_stdout(io.StringIO()): t.fit(2, lr=0.1)
     assert workers() == 0
