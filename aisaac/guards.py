@@ -149,7 +149,7 @@ class TrainerGuards:
     fitting = False
     def __init__(self, dls, # an object with `train` and `valid` loaders
                  loss_func, # called as `loss_func(preds, targets)`; `None`: the model computes its own loss
-                 opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit
+                 opt_func=torch.optim.SGD, # called as `opt_func(params, lr=lr)` at the start of each fit; `None`: no optimizer, for fits that only validate
                  model=None, # the `nn.Module` to train
                  callbacks=None): # callbacks for every fit of this trainer
         "Refuse arguments that cannot make a trainer, naming what to pass"
@@ -160,7 +160,7 @@ class TrainerGuards:
         if loss_func is not None and not callable(loss_func):
             raise TypeError(f"`loss_func` must be callable (got {loss_func!r}): pass e.g. `nn.CrossEntropyLoss()` or `F.cross_entropy`, "
                             f"or None for a model that computes its own loss (a Hugging Face model given `labels`)")
-        if isinstance(opt_func, torch.optim.Optimizer) or not callable(opt_func):
+        if isinstance(opt_func, torch.optim.Optimizer) or not (opt_func is None or callable(opt_func)):
             raise TypeError(f"`opt_func` must make an optimizer from parameters and a learning rate (got {opt_func!r}): pass the class, e.g. `torch.optim.Adam`")
         if not isinstance(model, torch.nn.Module): raise TypeError(f"`model` must be a `torch.nn.Module` (got {type(model).__name__})")
         super().__init__(dls, loss_func, opt_func, model, callbacks)
@@ -186,7 +186,14 @@ class TrainerGuards:
                 raise TypeError(f"`dls.{name}` is {'None' if dl is None else 'not iterable: ' + type(dl).__name__}: give the DataLoaders a {name} "
                                 f"loader, or call `fit({name}=False)`")
         if not (train or valid): raise ValueError("`fit(train=False, valid=False)` would run nothing: leave one of them True")
+        if train and self.opt_func is None:
+            raise TypeError(f"This {type(self).__name__} has no optimizer (`opt_func=None`), so it cannot train: give it one (`opt_func=torch.optim.SGD`, "
+                            f"or set `.opt_func`), or fit without the training pass: `fit(train=False)`, `capture_preds()`")
         super().check_fit(n_epochs=n_epochs, lr=lr, train=train, valid=valid, **options)
+
+    def make_optimizer(self):
+        "No optimizer (`None`) for a trainer without `opt_func`, whose fits only validate (miniai's `opt_func=None`); else `opt_func`'s"
+        return None if self.opt_func is None else super().make_optimizer()
 
     def start_fit(self, **args): # `fit`'s arguments
         "Refuse a fit in which two callbacks would both do `backward` or `step`; from here on, the trainer is fitting"

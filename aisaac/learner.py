@@ -47,7 +47,7 @@ class Learner(Trainer):
                  loss_func=F.mse_loss, # called as `loss_func(preds, targets)`
                  lr:float=0.1, # the learning rate of every `fit` that does not give one
                  cbs=None, # callbacks for every fit
-                 opt_func=torch.optim.SGD): # called as `opt_func(params, lr=lr)` at the start of each fit
+                 opt_func=torch.optim.SGD): # called as `opt_func(params, lr=lr)` at the start of each fit; `None`: no optimizer, for fits that only validate
         super().__init__(dls, loss_func, opt_func, model, callbacks=cbs)
         self.lr = lr
 
@@ -67,6 +67,13 @@ class Learner(Trainer):
 
     @property
     def iter(self): "miniai's name for `batch_num`, the index of the batch in its pass"; return self.batch_num
+
+    @property
+    def metrics(self):
+        "miniai's `learn.metrics`: the learner's `MetricsCB` (or a subclass), which its progress callbacks read; no such attribute without one, as in miniai"
+        cb = next((cb for cb in self.cbs if any(c.__name__ == 'MetricsCB' for c in type(cb).__mro__)), None)  # (by name: the callbacks are above this module)
+        if cb is None: raise AttributeError(f"This {type(self).__name__} has no MetricsCB, so no `metrics`: add `MetricsCB()` to its callbacks")
+        return cb
 
 # %% ../nbs/32_learner.ipynb #d7c2b520
 class TrainLearner(Learner):

@@ -264,7 +264,7 @@ class CheckpointQueue:
         futures.wait([g for g, _, _ in self.jobs])
         self.jobs.clear()
         self._failed = False
-        note = ("It was being written in the background: its error is raised at the first check after it failed (with `CheckpointCB(background=True)`, "
+        note = ("It ran in the background (a write, or an upload after one): its error is raised at the first check after it failed (with `CheckpointCB(background=True)`, "
                 "the next training batch)" + (f"; not done either: {', '.join(dropped)}" if dropped else ''))
         if isinstance(e, CheckpointWriteError):
             e.add_note(note)

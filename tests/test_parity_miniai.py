@@ -3,13 +3,15 @@
 Each case is named after the notebook and the cell it comes from (`learner_c37` is cell 37 of `nbs/09_learner.ipynb`,
 counting from 0; `activations` is `10_activations`, `init` `11_initializing`, `sgd` `12_accel_sgd`, `resnet` `13_resnet`,
 `augment` `14_augment`, and `minibatch`/`convolutions` the earlier notebooks that export `accuracy`, `get_dls` and
-`collate_device`), and asserts the numbers, shapes and plots that cell shows. Changes to their code: the import line,
+`collate_device`; from the second half of the course, `nca` is `16B_NCA`, `ddpm_v2` `17_DDPM_v2`, `fid` `18_fid`, `wandb`
+`21_cifar10_and_wandb` and `vae` `29_vae`, whose models are replaced by small ones of the same shape of inputs and outputs),
+and asserts the numbers, shapes and plots that cell shows. Changes to their code: the import line,
 `load_fashion_mnist()` for `load_dataset('fashion_mnist')`, `pil_to_tensor` for torchvision's `to_tensor`, tensor flips
 for torchvision's transforms, small samples of Fashion-MNIST (the training cases read them through aisaac's in-memory
 loader, to stay fast); timm is left out. A capability that has not landed is a strict `xfail` naming the issue that
 brings it, so `pytest -rxX` shows how many cases pass.
 """
-import contextlib, io, math, sys
+import contextlib, copy, io, math, sys
 from functools import partial
 import fastcore.all as fc
 import pytest
@@ -573,3 +575,174 @@ def test_augment_c78_c81_capture_preds_callback_ensemble():
     assert cps[0].all_inps.shape[0] == 500  # the course's CapturePreds keeps the inputs too
     ap = torch.stack([cps[0].all_preds, cps[1].all_preds]).mean(0).argmax(1)
     assert 0.3 < (ap == cps[0].all_targs).float().mean().item()
+
+# ------------------------------------------------------------------ nbs/18_fid.ipynb (and 19, 20, 22, 23, 26, 28: `ImageEval`)
+
+def append_outp(hook, mod, inp, outp):
+    if not hasattr(hook, 'outp'): hook.outp = []
+    hook.outp.append(to_cpu(outp))
+
+def test_fid_c07_c13_learner_without_optimizer_validates_and_refuses_to_train():
+    "18_fid: `Learner(model, dls, F.cross_entropy, cbs=cbs, opt_func=None)`, hooks in a validation-only fit, then `capture_preds` (TrainCB for its MixedPrecision)"
+    dls = fast_dls(transformi, 256, 500, 500)
+    learn = Learner(get_cnn(), dls, F.cross_entropy, cbs=[DeviceCB(), TrainCB()], opt_func=None)
+    before = params(learn.model)
+    hcb = HooksCallback(append_outp, mods=[learn.model[3]], on_valid=True)
+    learn.fit(1, train=False, cbs=[hcb])
+    assert hcb.hooks[0].outp[0].shape == (500, 64, 2, 2) and learn.opt is None  # miniai makes no optimizer
+    feats, y = learn.capture_preds()
+    assert feats.shape == (500, 10) and y.shape == (500,) and same(params(learn.model), before)
+    with pytest.raises(TypeError, match=r'no optimizer \(`opt_func=None`\).*opt_func=torch.optim.SGD.*fit\(train=False\)'): learn.fit(1)
+    with pytest.raises(TypeError, match='no optimizer'): learn.lr_find()
+    assert same(params(learn.model), before)
+
+class ImageEvalLike:
+    "18_fid's `ImageEval`, as its notebooks use it: a `TrainLearner` without loss or optimizer whose loaders are swapped for one batch of samples"
+    def __init__(self, model, dls, cbs=None):
+        self.learn = TrainLearner(model, dls, loss_func=fc.noop, cbs=cbs, opt_func=None)
+        self.feats = self.learn.capture_preds()[0].float().cpu().squeeze()
+    def get_feats(self, samp):
+        self.learn.dls = DataLoaders([], [(samp, tensor([0]))])
+        return self.learn.capture_preds()[0].float().cpu().squeeze()
+
+def test_fid_c35_c36_image_eval_features_of_the_data_and_of_samples():
+    dls = fast_dls(transformi, 256, 500, 500)
+    model = get_cnn()
+    ie = ImageEvalLike(model, dls, cbs=[DeviceCB()])
+    samp = torch.randn(16, 1, 28, 28)
+    assert ie.feats.shape == (500, 10)
+    with torch.no_grad(): torch.testing.assert_close(ie.get_feats(samp), model.eval()(samp))
+
+# ------------------------------------------------------------------ nbs/21_cifar10_and_wandb.ipynb
+
+def test_wandb_c23_c25_metrics_subclass_whose_before_fit_skips_super():
+    "21's `WandBCB(MetricsCB)`: its own `before_fit` (a run to start) and `after_fit`, no `super()`; its `after_batch` calls `super()` and logs the loss"
+    runs, logged = [], []
+    class WandBLike(MetricsCB):
+        order = 100
+        def __init__(self, config, *ms, project='ddpm_cifar10', **metrics):
+            fc.store_attr()
+            super().__init__(*ms, **metrics)
+        def before_fit(self, learn): runs.append(('init', self.project, self.config))
+        def after_fit(self, learn): runs.append('finish')
+        def after_batch(self, learn):
+            super().after_batch(learn)
+            logged.append(learn.loss.item())
+    dls = fast_dls(transformi, 256, 500, 500)
+    cb = WandBLike(config={'lr': 1e-2}, accuracy=MulticlassAccuracy())
+    learn = Learner(get_cnn(), dls, F.cross_entropy, lr=1e-2, cbs=[DeviceCB(), TrainCB(), ProgressCB(), cb])
+    printed(lambda: learn.fit(2))
+    assert runs == [('init', 'ddpm_cifar10', {'lr': 1e-2}), 'finish']
+    assert len(logged) == 2 * (len(dls.train) + len(dls.valid))
+    h = learn.history
+    assert len(h.get_metric_values('valid_loss')) == 2 and 0 <= h.get_latest_metric('accuracy') <= 1
+    printed(lambda: learn.fit(1))  # a second fit starts from zero again
+    assert len(h.get_metric_values('valid_loss')) == 3 and runs[-2:] == [('init', 'ddpm_cifar10', {'lr': 1e-2}), 'finish']
+
+def test_wandb_c23_a_miniai_log_override_is_refused():
+    "WandBCB overrides miniai's `_log(d)` (a dict per pass); aisaac's MetricsCB has no such hook: refused, naming `log_metrics`"
+    class LogsLike(MetricsCB):
+        def _log(self, d): print(d)
+    with pytest.raises(TypeError, match=r"LogsLike overrides MetricsCB._log.*log_metrics\(self, trainer, metrics\)"): LogsLike()
+
+# ------------------------------------------------------------------ nbs/29_vae.ipynb
+
+class FuncMetric(Mean):
+    "29_vae's metric: the mean of `fn(preds, targets)` over the batches"
+    def __init__(self, fn, device=None):
+        super().__init__(device=device)
+        self.fn = fn
+    def update(self, inp, targets):
+        self.weighted_sum += self.fn(inp, targets)
+        self.weights += 1
+
+def test_vae_c25_c31_func_metrics_on_a_model_that_returns_a_tuple():
+    "A VAE returns `(x_hat, mu, logvar)`; its loss and `FuncMetric`s take the tuple"
+    ni, nl = 28 * 28, 8
+    class VAE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.mu, self.lv, self.dec = nn.Linear(ni, 32), nn.Linear(32, nl), nn.Linear(32, nl), nn.Linear(nl, ni)
+        def forward(self, x):
+            h = F.relu(self.enc(x))
+            mu, lv = self.mu(h), self.lv(h)
+            return self.dec(mu + (0.5 * lv).exp() * torch.randn_like(lv)), mu, lv
+    def kld_loss(inp, x):
+        x_hat, mu, lv = inp
+        return -0.5 * (1 + lv - mu.pow(2) - lv.exp()).mean()
+    def bce_loss(inp, x): return F.binary_cross_entropy_with_logits(inp[0], x)
+    def vae_loss(inp, x): return kld_loss(inp, x) + bce_loss(inp, x)
+    seen = []
+    class Seen(Mean):
+        def update(self, inp, targets): seen.append(inp); return super().update(torch.tensor(0.))
+    xs = torch.rand(512, ni)
+    dls = DataLoaders(TensorLoader(xs, xs, bs=128), TensorLoader(xs[:256], xs[:256], bs=128))
+    metrics = MetricsCB(kld=FuncMetric(kld_loss), bce=FuncMetric(bce_loss), seen=Seen())
+    learn = Learner(VAE(), dls, vae_loss, lr=1e-2, cbs=[DeviceCB(), TrainCB(), metrics], opt_func=optim.Adam)
+    printed(lambda: learn.fit(1))
+    h = learn.history
+    assert h.get_latest_metric('kld') + h.get_latest_metric('bce') == pytest.approx(h.get_latest_metric('valid_loss'), rel=1e-5)
+    assert len(seen) == 2 and all(type(s) is tuple and len(s) == 3 and not any(t.requires_grad for t in s) for s in seen)  # miniai's `to_cpu` keeps the tuple
+    class DictVAE(VAE):
+        def forward(self, x): return dict(zip(('x_hat', 'mu', 'lv'), super().forward(x)))
+    seen.clear()
+    dict_kld = lambda inp, x: kld_loss((inp['x_hat'], inp['mu'], inp['lv']), x)
+    learn = Learner(DictVAE(), dls, lambda inp, x: dict_kld(inp, x), lr=1e-2, cbs=[TrainCB(), MetricsCB(kld=FuncMetric(dict_kld), seen=Seen())])
+    printed(lambda: learn.fit(1))
+    assert list(seen[0]) == ['x_hat', 'mu', 'lv'] and learn.history.get_latest_metric('kld') == pytest.approx(learn.history.get_latest_metric('valid_loss'), rel=1e-5)
+
+# ------------------------------------------------------------------ nbs/16B_NCA.ipynb
+
+def test_nca_c25_c28_progress_subclass_records_its_losses():
+    "16B's `NCAProgressCB(ProgressCB)`: its `after_batch` reads `learn.metrics`, `self.losses` and `self.mbar`, and draws its own graph"
+    drawn = []
+    class NCAProgressLike(ProgressCB):
+        def after_batch(self, learn):
+            learn.dl.comment = f'{learn.loss:.3f}'
+            if not (hasattr(learn, 'metrics') and learn.training): return
+            self.losses.append(learn.loss.item())
+            mbar = self.mbar
+            if not hasattr(mbar, 'graph_fig'): mbar.graph_fig, mbar.graph_axs = plt.subplots(1, 2, figsize=(12, 3.5))
+            if len(self.losses) % 4 != 1: return
+            mbar.graph_axs[0].clear()
+            mbar.graph_axs[0].plot(self.losses, '.', alpha=0.3)
+            drawn.append(len(self.losses))
+    dls = fast_dls(transform_flat, 64, 1000, 500)
+    learn = Learner(get_mlp(), dls, F.cross_entropy, lr=0.1, cbs=[TrainCB(), NCAProgressLike(bars=True), MetricsCB()])
+    printed(lambda: learn.fit(1))
+    assert learn.metrics is learn.MetricsCB
+    cb = learn.NCAProgressLike
+    assert len(cb.losses) == len(dls.train) and drawn == list(range(1, len(dls.train) + 1, 4))
+    assert len(cb.mbar.graph_axs[0].lines[0].get_xdata()) == drawn[-1]
+
+def test_nca_c25_progress_subclass_without_bars_says_why_it_has_no_mbar():
+    "Without bars (a script, a pipe) there is no master bar to draw on: the subclass's error names the fix instead of recording nothing"
+    class UsesMbar(ProgressCB):
+        on_error = 'raise'
+        def after_batch(self, learn): self.mbar.graph_fig = None
+    learn = Learner(get_mlp(), fast_dls(transform_flat, 256, 500, 500), F.cross_entropy, cbs=[TrainCB(), UsesMbar(bars=False), MetricsCB()])
+    with pytest.raises(AttributeError, match=r'no `mbar`.*bars=True'): printed(lambda: learn.fit(1))
+
+# ------------------------------------------------------------------ nbs/17_DDPM_v2.ipynb
+
+def test_ddpm_v2_c50_c55_accelerate_cb_with_two_inputs():
+    "17's `AccelerateCB(n_inp=2)` on batches `(xt, t, eps)` for a model `model(xt, t)`: the same weights as the plain loop"
+    pytest.importorskip('accelerate')
+    class TimeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.emb = nn.Linear(4, 4), nn.Embedding(10, 4)
+        def forward(self, x, t): return self.lin(x) + self.emb(t)
+    torch.manual_seed(0)
+    x, t, eps = torch.randn(64, 4), torch.randint(0, 10, (64,)), torch.randn(64, 4)
+    dls = DataLoaders(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, t, eps), 16),
+                      torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, t, eps), 32))
+    m0 = TimeNet()
+    learn = Learner(copy.deepcopy(m0), dls, nn.MSELoss(), lr=0.1, cbs=[DeviceCB(), MetricsCB(), AccelerateCB(n_inp=2, mixed_precision='no')])
+    printed(lambda: learn.fit(1))
+    h = copy.deepcopy(m0); opt = optim.SGD(h.parameters(), lr=0.1)
+    for i in range(0, 64, 16): F.mse_loss(h(x[i:i + 16], t[i:i + 16]), eps[i:i + 16]).backward(); opt.step(); opt.zero_grad()
+    torch.testing.assert_close(learn.model.lin.weight, h.lin.weight)
+    with torch.no_grad(): valid = F.mse_loss(h(x, t), eps).item()
+    assert learn.history.get_latest_metric('valid_loss') == pytest.approx(valid, rel=1e-5)
+    with pytest.raises(TypeError, match='n_inp=2'): AccelerateCB(2)

@@ -5,7 +5,7 @@
 bit-identical. A sharded checkpoint's folder goes up and comes back whole. No remote store (S3, GCS, Azure) was tried."""
 import errno, secrets, warnings
 from pathlib import Path
-import fsspec
+import fsspec, fsspec.implementations.memory
 import pytest
 import torch
 from aisaac.persist import CheckpointError, CheckpointWriteError
@@ -85,9 +85,24 @@ def test_an_upload_that_fails_in_the_background_is_raised_at_the_next_step(tmp_p
     def refused(self, *args, **kwargs): raise OSError(errno.ENOSPC, 'No space left on device')
     monkeypatch.setattr(fsspec.implementations.memory.MemoryFileSystem, 'put', refused)
     t = trainer(CheckpointCB(tmp_path/'ckpt', every='4 steps', every_n_epochs=None, background=True, upload=url))
-    with pytest.raises(CheckpointWriteError, match='upload and clean-up after checkpoint_step_000004.pt.*No space left') as e: fit(t)
+    with pytest.raises(CheckpointWriteError, match='Could not upload the checkpoint checkpoint_step_000004.pt to memory:.*No space left') as e: fit(t)
     assert isinstance(e.value.__cause__, OSError)
     assert [p.name for p in checkpoints(tmp_path/'ckpt')] == ['checkpoint_step_000004.pt']
+
+@pytest.mark.parametrize('background', [False, True])
+def test_an_upload_that_fails_says_so_where_to_and_that_the_local_checkpoint_is_whole(tmp_path, monkeypatch, background):
+    "The store resets the connection: in either mode the fit ends with a `CheckpointWriteError` that names the upload, the URL, the cause and the whole local file"
+    url = f'memory://aisaac-tests-{secrets.token_hex(4)}/run'
+    def reset(self, *args, **kwargs): raise OSError(errno.ECONNRESET, 'Connection reset by peer')
+    monkeypatch.setattr(fsspec.implementations.memory.MemoryFileSystem, 'put', reset)
+    t = trainer(CheckpointCB(tmp_path/'ckpt', every='4 steps', every_n_epochs=None, background=background, upload=url))
+    with pytest.raises(CheckpointWriteError) as e: fit(t)
+    msg = str(e.value)
+    assert msg.startswith(f'Could not upload the checkpoint checkpoint_step_000004.pt to {url}: ConnectionResetError') and 'Connection reset by peer' in msg
+    assert f"The checkpoint was written whole here: {tmp_path/'ckpt'/'checkpoint_step_000004.pt'}" in msg
+    assert isinstance(e.value.__cause__, OSError) and isinstance(e.value, OSError)  # (an `except OSError` still catches it)
+    assert [p.name for p in checkpoints(tmp_path/'ckpt')] == ['checkpoint_step_000004.pt']
+    assert ('in the background' in ' '.join(getattr(e.value, '__notes__', []))) == background
 
 def test_a_url_fsspec_cannot_open_is_an_error_when_the_callback_is_made():
     with pytest.raises(ValueError, match='Protocol not known'): CheckpointCB(upload='nosuchstore://bucket/run')

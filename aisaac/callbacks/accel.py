@@ -26,7 +26,14 @@ class AccelerateCB(BasicTrainCB):
     gathers_predictions = True  # in validation every process has every process's predictions: `MetricsCB` does not combine them again
     def __init__(self, mixed_precision:str=None, # 'no', 'fp16', 'bf16' or 'fp8'; `None`: Accelerate's configuration, else 'no'
                  main_only=(), # names of callback classes (or their bases) that run on the main process only, besides those with `runs_on='main'`
+                 n_inp:int=1, # how many leading items of a tuple batch are the model's inputs (`BasicTrainCB`'s): 2 for `model(x, t)`
+                 input_keys=None, # a dict batch's inputs, as `BasicTrainCB` takes them
+                 target_key=None, # a dict batch's target, as `BasicTrainCB` takes it
                  **accelerator_kwargs): # for `accelerate.Accelerator`: `cpu`, `kwargs_handlers`... (accumulate with `GradAccumCB`)
+        if not (mixed_precision is None or isinstance(mixed_precision, str)):
+            raise TypeError(f"AccelerateCB's first argument is `mixed_precision` ('no', 'fp16', 'bf16' or 'fp8'; got {mixed_precision!r}); "
+                            f"the course's AccelerateCB takes `n_inp` first: give it by name, e.g. `AccelerateCB(n_inp={mixed_precision!r})`")
+        super().__init__(n_inp, input_keys, target_key)
         if accelerator_kwargs.get('gradient_accumulation_steps', 1) != 1:
             n = accelerator_kwargs['gradient_accumulation_steps']
             raise ValueError(f"AccelerateCB(gradient_accumulation_steps={n}) would have Accelerate divide each loss by {n} while the trainer steps "

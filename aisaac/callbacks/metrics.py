@@ -48,6 +48,20 @@ def _with_sets(row, set_metrics, loss_cells=None):
     cells = [c for n, ms in set_metrics.items() for c in ((loss_cells or {}).get(n, f'{n}/valid'), *(f'{n}/{k}' for k in ms))]
     return {k: v for k, v in row.items() if k not in cells} | {c: row.get(c) for c in cells}
 
+def _detached(o):
+    "Predictions `o` detached from the graph: a tensor, or tuples, lists and dicts of them (nested) as the same structure, on their device (as miniai's `to_cpu` gives them to its metrics, without the copy)"
+    if isinstance(o, torch.Tensor): return o.detach()
+    if isinstance(o, dict): return {k: _detached(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return type(o)(_detached(v) for v in o) if type(o) in (list, tuple) else tuple(_detached(v) for v in o)
+    return o
+
+def _device(o):
+    "The device of the first tensor in `o` (a tensor, or nested tuples, lists and dicts); `None` without one"
+    if isinstance(o, torch.Tensor): return o.device
+    for v in (o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()):
+        if (d := _device(v)) is not None: return d
+    return None
+
 def _weights(ns):
     "The batches' weights (numbers, or token counts on the device) as one float tensor on the CPU, read from the device at once"
     if not any(isinstance(n, torch.Tensor) for n in ns): return torch.tensor(ns, dtype=torch.float32)
@@ -120,9 +134,21 @@ class MetricsCB(Callback):
         self.set_metrics, self._valid = {}, self.metrics  # each evaluation set's metrics, made when a fit starts; this validation pass's
         self._loss_cells = {}  # each evaluation set's cell of its loss in the row, by its name ('code/valid', or 'train/loss')
         self._reset()
+        if type(self)._log is not MetricsCB._log:
+            raise TypeError(f"{type(self).__name__} overrides MetricsCB._log, which aisaac's MetricsCB calls with the trainer, not with miniai's dict of "
+                            f"a pass: to send each epoch's row elsewhere (W&B...), handle `log_metrics(self, trainer, metrics)` instead (`metrics` is "
+                            f"the row: epoch, train and valid losses, metrics), or read `trainer.history`")
+
+    def around_fit(self, trainer):
+        "Start the sums at zero; find the training callback that says where a batch's targets are; in a distributed fit, name the metrics that cannot cover every process's data. Here rather than in `before_fit`, so that a subclass whose `before_fit` does not call `super()` (miniai's do not need to) still works"
+        self._start(trainer)
+        yield
 
     def before_fit(self, trainer):
-        "Start the sums at zero; find the training callback that says where a batch's targets are; in a distributed fit, name the metrics that cannot cover every process's data"
+        "Nothing: the fit's state is set up in `around_fit`, which runs first (a subclass may override this hook without calling `super()`)"
+    before_fit.hidden = True  # (not shown among the handlers: `around_fit` does the work)
+
+    def _start(self, trainer):
         self.device, self.row, self._mute, self._ended = None, {}, False, False
         cb = next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
@@ -155,8 +181,9 @@ class MetricsCB(Callback):
         # a batch counts by its samples; a batch of sequences by its tokens, -100 left out (n-1 a row for a model that shifts its labels; on the device)
         self.batch_sizes.append(count_items(targets) if self._items is None else self._items(trainer, targets))
         if ms := (self.train_metrics if trainer.model.training else self._valid):
-            if self.device is None: self._to(trainer.preds.device)
-            preds = trainer.preds.detach()
+            p = trainer.preds
+            preds = p.detach() if isinstance(p, torch.Tensor) else _detached(p)  # (a VAE's `(x_hat, mu, logvar)`: the same tuple, detached)
+            if self.device is None and (d := _device(preds)) is not None: self._to(d)
             for m in ms.values(): m.update(preds, targets)
 
     def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one

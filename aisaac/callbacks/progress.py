@@ -34,6 +34,7 @@ def _fmt_time(secs): return f'{int(secs) // 60:02d}:{int(secs) % 60:02d}'
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, a table of each epoch's `log_metrics` row, and with `plot=True` a live loss graph"
     order, on_error, runs_on = 10, 'warn', 'main'
+    _mbar, bars = None, False  # the fit's master bar, when it draws bars
     def __init__(self, plot:bool=False, # keep every training batch's loss and draw the losses live (in a notebook)
                  refresh:float=0.5, # seconds between two readings of the loss for the bar and the graph
                  bars:bool=None, # draw bars; default: in a notebook or a terminal, not in a file or pipe
@@ -42,7 +43,7 @@ class ProgressCB(Callback):
 
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar, when bars can be drawn"
-        self.bars = (bool(IN_NOTEBOOK) or sys.stdout.isatty()) if self.show_bars is None else self.show_bars
+        self.bars, self._mbar = (bool(IN_NOTEBOOK) or sys.stdout.isatty()) if self.show_bars is None else self.show_bars, None
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
         self.rows = 0  # the rows of this fit in the table
@@ -89,6 +90,24 @@ class ProgressCB(Callback):
         if self.bars and trainer.outcome != 'ok' and getattr(trainer, 'steps', None) is None and self.rows: self.mbar.update(self.rows)
         if getattr(self, 'bars', False) and self.mbar.main_bar.last_v is not None: self.mbar.on_iter_end()  # (else left on the page)
         if self.plot: self._redraw()
+
+    @property
+    def mbar(self):
+        "fastprogress's master bar of the fit, which a subclass may draw on (miniai's name); only where there are bars (`bars=True`, or a notebook or terminal)"
+        if self._mbar is None:
+            raise AttributeError(f"{type(self).__name__} draws no bars in this fit (bars={getattr(self, 'show_bars', None)!r}: " + ("not in a notebook or a terminal" if getattr(self, 'show_bars', None) is None else "asked")
+                                 + "), so it has no `mbar`, the master bar to draw on: pass `bars=True` to draw bars anywhere, or check `self.bars` first")
+        return self._mbar
+    @mbar.setter
+    def mbar(self, bar): self._mbar = bar
+
+    @property
+    def losses(self):
+        "The training loss of each batch so far, read from the device (miniai's name for `train_losses`): kept with `plot=True`, or by a subclass that appends to it"
+        self._read()
+        return self.train_losses
+    @losses.setter
+    def losses(self, v): self.train_losses, self._pending = list(v), []
 
     def _write(self, cells):
         if self.bars: self.mbar.write(cells, table=True)

@@ -148,11 +148,24 @@ class CheckpointCB(Callback):
     def _written(self, path):
         "Once the checkpoint `path` is whole: upload it, then keep the `keep_last` newest here and there, and remove what killed writes left"
         self.writing.discard(path.name)
-        if self.upload: upload_checkpoint(path, self.upload)
+        if self.upload:
+            try: upload_checkpoint(path, self.upload)
+            except Exception as e:
+                raise _store_failed(f"upload the checkpoint {path.name} to {self.upload}", e, f"The checkpoint was written whole here: {path} "
+                                    f"(`fit(resume_from=...)` resumes from it); only its copy on the store is missing, and no local checkpoint was removed") from e
         if self.keep_last:
             for old in checkpoints(self.dir)[:-self.keep_last]: _remove(old)
         _remove_stale_temps(self.dir, self.writing)
-        if self.upload: _prune_uploads(self.upload, self.keep_last)
+        if self.upload:
+            try: _prune_uploads(self.upload, self.keep_last)
+            except Exception as e:
+                raise _store_failed(f"remove the uploads beyond keep_last={self.keep_last} at {self.upload}", e,
+                                    f"The checkpoint was written whole here: {path}, and uploaded; the older uploads stay") from e
+
+def _store_failed(what, e, whole):
+    "The error of a checkpoint's upload (or clean-up) that failed, `e`, saying what failed, where, and that the local file is whole: the same with `background=True` or not"
+    return CheckpointWriteError(f"Could not {what}: {type(e).__name__}: {e}. {whole}. Check the store (its address, credentials and space), "
+                                f"or leave out `upload=` to keep the checkpoints here only.")
 
 # %% ../../nbs/callbacks/70_savers.ipynb #550b95d7
 def _remote(url):
