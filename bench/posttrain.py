@@ -11,7 +11,12 @@ its forward and backward passes (PyTorch's profiler, the weight's gradient inclu
 (median over the repeats; the ratio is the median of each repeat's ratio to the plain path of the same repeat).
 Targets: peak memory <= 1/4 of the plain path's, time <= 1.1x.
 
-`dpo`: see `dpo_bench`.
+`dpo`: the fine-tuning tutorial's GPT (4 blocks of 192, a vocabulary of 2,048, a context of 128) on random pairs of the shape of the
+WordNet ones (prompts of 12-20 tokens, replies of 10-40), 16 pairs a batch, padded, AdamW: a step of `PreferenceCB` (DPO) against the
+reference's log-probabilities computed once (`precompute_reference`), and against a live frozen copy, each against an SFT step
+(`BasicTrainCB`, `lm_loss`) on a batch of the same 32 sequences (each pair's prompt + chosen and prompt + rejected, the prompt masked).
+Per variant the median time of a step (the first 2 of each run left out); the ratio is the median of each repeat's ratio to the SFT step.
+Targets: DPO with precomputed log-probabilities <= 2.2x the SFT step, with a live reference <= 3.2x.
 """
 import argparse, random, statistics, sys, time
 from pathlib import Path
@@ -80,6 +85,59 @@ def chunked_bench(widths, repeats, chunk):
     for d, k, kept, kr, peak, pr, t, tr in rows:
         print(f"| {d} | {k} | {kept:.1f} MiB | {kr:.3f} | {peak:.1f} MiB | {pr:.3f} | {t:.2f} | {tr:.3f} |")
     print("\nTargets: peak <= 0.25 of the plain path's, time <= 1.1x")
+
+def _pairs(n, V, seed=0):
+    "`n` tokenized pairs of random ids, of the WordNet pairs' shape"
+    g = torch.Generator().manual_seed(seed)
+    r = lambda lo, hi: int(torch.randint(lo, hi, (), generator=g))
+    out = []
+    for _ in range(n):
+        ex = {'prompt': torch.randint(1, V, (r(12, 21),), generator=g).tolist()}
+        for k in ('chosen', 'rejected'): ex[k] = torch.randint(1, V, (r(10, 41),), generator=g).tolist(); ex[f'{k}_labels'] = list(ex[k])
+        out.append(ex)
+    return out
+
+def dpo_bench(repeats, batches=12, bs=16):
+    from aisaac.core.callback import Callback
+    from aisaac.data import DataLoaders, TensorLoader
+    from aisaac.models import get_model_gpt
+    from aisaac.pairs import PairBatch, pad_pairs
+    from aisaac.sft import SFTBatch, pad_examples
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.preference import PreferenceCB, precompute_reference
+    V, L = 2048, 129
+    pairs = _pairs(bs * batches, V)
+    rows = pad_pairs(pairs, 0, L)
+    pair_dls = DataLoaders(TensorLoader(*rows, bs=bs, tfm=PairBatch()), TensorLoader(*rows, bs=bs, tfm=PairBatch()))
+    seqs = [{'input_ids': ex['prompt'] + ex[k], 'labels': [-100] * len(ex['prompt']) + ex[f'{k}_labels']} for ex in pairs for k in ('chosen', 'rejected')]
+    sft_dls = DataLoaders(TensorLoader(*pad_examples(seqs, 0, L), bs=2 * bs, tfm=SFTBatch()), TensorLoader(*pad_examples(seqs, 0, L), bs=2 * bs, tfm=SFTBatch()))
+    torch.manual_seed(0)
+    base = get_model_gpt(V, n_layer=4, n_head=4, d_model=192, block_size=128)
+    pre_dls = precompute_reference(pair_dls, base)
+    class Times(Callback):
+        order = 100
+        def __init__(self): self.t = []
+        def before_batch(self, trainer): self.t0 = time.perf_counter()
+        def after_batch(self, trainer): self.t.append(time.perf_counter() - self.t0)
+    import copy
+    def step(name):
+        cb = Times()
+        dls, main = {'SFT (BasicTrainCB)': (sft_dls, BasicTrainCB()), 'DPO, precomputed reference': (pre_dls, PreferenceCB()),
+                     'DPO, live reference': (pair_dls, PreferenceCB(reference='copy'))}[name]
+        t = Trainer(dls, lm_loss if name.startswith('SFT') else None, torch.optim.AdamW, copy.deepcopy(base), callbacks=[main, cb])
+        t.fit(1, valid=False)
+        return statistics.median(cb.t[2:])
+    names = ['SFT (BasicTrainCB)', 'DPO, precomputed reference', 'DPO, live reference']
+    print(f"# {machine()}\n# GPT 4x192, vocabulary {V}, {bs} pairs (32 rows) of up to {L - 1} tokens a batch, {batches} batches a run; {repeats} repeats, interleaved\n")
+    times, ratios = {k: [] for k in names}, {k: [] for k in names}
+    for r in range(repeats):
+        got = {k: step(k) for k in random.sample(names, len(names))}
+        for k in names: times[k].append(got[k]); ratios[k].append(got[k] / got[names[0]])
+        print(f"#   repeat {r + 1}: " + ', '.join(f"{k} {got[k] * 1000:.0f} ms" for k in names), flush=True)
+    print("\n| variant | ms per step | ratio to SFT | target |\n|---|---|---|---|")
+    for k, target in zip(names, ('', '<= 2.2', '<= 3.2')):
+        print(f"| {k} | {statistics.median(times[k]) * 1000:.0f} | {statistics.median(ratios[k]):.3f} | {target} |")
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

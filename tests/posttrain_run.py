@@ -28,8 +28,9 @@ class Record(Callback):
         self.norms.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).norm().item())
 
 def tiny_gpt(seed=0, vocab=50):
+    "A GPT of 2 layers of 16, a vocabulary of 50 and a context of 48, seeded"
     torch.manual_seed(seed)
-    return GPT(vocab, n_layer=2, n_head=2, d_model=16, block_size=16)
+    return GPT(vocab, n_layer=2, n_head=2, d_model=16, block_size=48)
 
 def chunked_batches():
     "4 micro-batches of 2 rows of 12 tokens, shifted labels with a masked prompt; the third (rank 1's first) masked throughout"

@@ -171,8 +171,12 @@ def test_two_processes_equal_one_even_with_a_micro_batch_masked_throughout(tmp_p
     assert res[1]['losses'][0] == 0 and res[0]['losses'] + res[1]['losses'] == pytest.approx(one.losses, rel=1e-6)
 
 def test_a_resumed_run_is_exact(tmp_path):
-    batches = _lm_batches(n=6)
-    def make(): return Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[ChunkedLossCB(chunk=8)])
+    "A shuffled loader of 6 batches, a checkpoint after the 4th: the resumed run ends with the uninterrupted one's weights, bit for bit"
+    from aisaac.data import TensorLoader
+    b = _lm_batches(n=6)
+    ids, labels = torch.cat([x['input_ids'] for x in b]), torch.cat([x['labels'] for x in b])
+    dl = lambda: TensorLoader(ids, labels, bs=3, shuffle=True, seed=0, tfm=lambda t: {'input_ids': t[0], 'labels': t[1]})
+    def make(): return Trainer(DataLoaders(dl(), dl()), lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[ChunkedLossCB(chunk=8)])
     straight = make(); straight.fit(2, callbacks=[CheckpointCB(tmp_path, every_n_batches=4, keep_last=None)])
     inside = checkpoints(tmp_path)[0]  # after batch 4 of the first epoch's 6
     resumed = make(); resumed.fit(2, resume_from=inside)
