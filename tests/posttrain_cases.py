@@ -48,4 +48,29 @@ def run(case, rank):
         model = nn.parallel.DistributedDataParallel(tiny_gpt())
         rec, _ = fit_pairs_run(model, pair_loaders(mine, 2), [PreferenceCB(reference=tiny_gpt(), chunk=8)])
         return {'losses': rec.losses, 'norms': rec.norms, 'weights': weights(model.module)}
+    if case == 'distill':
+        model = nn.parallel.DistributedDataParallel(tiny_gpt())
+        rec = distill_fit(model, distill_batches()[2 * rank:2 * rank + 2], [], 2)
+        return {'losses': rec.losses, 'norms': rec.norms, 'weights': weights(model.module)}
     raise ValueError(case)
+
+def distill_batches(n=4, bs=2, T=12, seed=2):
+    "`n` batches of shifted SFT-like labels (the first 3 + i masked), as dicts"
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        ids = torch.randint(0, V, (bs, T + 1), generator=g)
+        labels = ids[:, 1:].clone(); labels[:, :3 + i] = -100
+        out.append({'input_ids': ids[:, :-1], 'labels': labels})
+    return out
+
+def distill_fit(model, batches, cbs, n_accum, teacher_seed=7):
+    "One step per `n_accum` batches, SGD, distilled from a tiny GPT of seed `teacher_seed` (JSD, temperature 2, alpha 0.7)"
+    from aisaac.data import DataLoaders
+    from aisaac.models import lm_loss
+    from aisaac.callbacks.distill import DistillCB
+    rec = Record()
+    t = Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.SGD, model,
+                callbacks=[DistillCB(tiny_gpt(teacher_seed), 'jsd', beta=0.3, temperature=2., alpha=0.7, chunk=8), *cbs, GradAccumCB(n_accum), rec])
+    t.fit(1, lr=0.5, valid=False)
+    return rec
