@@ -190,3 +190,11 @@ def test_refusals_name_the_problem():
     from torcheval.metrics import Mean
     with pytest.raises(ValueError, match="MetricsCB's metrics \\['Mean'\\] read `trainer.preds`"): fit_with([ChunkedLossCB(), MetricsCB(Mean())])
     with pytest.raises(TypeError, match='has no output layer under `get_output_embeddings'): fit_with([ChunkedLossCB()], model=nn.Linear(3, 3))
+
+def test_a_sharded_model_is_refused_with_the_reason(monkeypatch):
+    "Under FSDP the output layer's weight is only this process's shard once the forward pass is over: the chunked losses refuse, naming it"
+    import aisaac.callbacks.chunked as cc
+    monkeypatch.setattr(cc, 'is_sharded', lambda m: True)
+    batches = _lm_batches()
+    with pytest.raises(ValueError, match='under FSDP each process then holds only its shard'):
+        Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.SGD, tiny_gpt(), callbacks=[ChunkedLossCB()]).fit(1)

@@ -20,7 +20,7 @@ from ..pairs import concat_pairs, count_pairs, pair_documents, pair_sums, PairBa
 from ..persist import CheckpointError, unwrap_model
 from ..data import DataLoaders, TensorLoader
 from .train import BasicTrainCB, shifts_labels, _layout, _logits
-from .chunked import hidden_states
+from .chunked import hidden_states, refuse_sharded
 
 # %% ../../nbs/callbacks/79_preference.ipynb #712d52c1
 PREFERENCE_LOSSES = ('dpo', 'ipo', 'hinge', 'simpo', 'orpo')
@@ -246,6 +246,7 @@ class PreferenceCB(BasicTrainCB):
     def _start_pass(self, trainer):
         "A pass's first batch: let the data check the model; the label convention (the loaders', else the model's); the batch's layout"
         if callable(check := getattr(getattr(trainer, 'dls', None), 'check_model', None)): check(unwrap_model(trainer.model))
+        refuse_sharded(trainer.model, 'PreferenceCB')
         hf = getattr(trainer.dls, 'hf_labels', None)
         self._own, self._shift = False, shifts_labels(trainer.model) if hf is None else hf
         self._pair, self._forward, self._targets = _layout(self, trainer.batch)
