@@ -51,6 +51,8 @@ from .text import *
 from .sft import *
 from .hf import *
 from .devicedata import *
+from .chunked import *
+from .pairs import *
 from .callbacks.train import *
 from .callbacks.metrics import *
 from .callbacks.progress import *
@@ -82,10 +84,15 @@ from .callbacks.averaging import *
 from .callbacks.spikes import *
 from .callbacks.graphplan import *
 from .callbacks.graphs import *
+from .callbacks.chunked import *
+from .callbacks.preference import *
+from .callbacks.reward import *
+from .callbacks.distill import *
+from .callbacks.topk import *
 from .groups import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, groups
-from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, chunked, pairs, groups
+from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs, chunked as callbacks_chunked, preference, reward, distill, topk
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
     core_callback,
@@ -128,6 +135,8 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     sft,
     hf,
     devicedata,
+    chunked,
+    pairs,
     train,
     metrics,
     progress,
@@ -159,6 +168,11 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     spikes,
     graphplan,
     graphs,
+    callbacks_chunked,
+    preference,
+    reward,
+    distill,
+    topk,
     groups,
 )
 __all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]

@@ -217,6 +217,10 @@ class GPT(nn.Module):
         "The token embedding `tok_emb`, under transformers' name: what checks a tokenizer's vocabulary against a model read"
         return self.tok_emb
 
+    def get_output_embeddings(self):
+        "The output layer `head` (tied to `tok_emb`), under transformers' name: what the chunked losses (`aisaac.chunked`) read the weight from"
+        return self.head
+
     def _embed(self, ids, pos):
         "The token and position embeddings added; a clear error for ids or positions out of range, at no cost per batch"
         if ids.device.type != 'cpu' and not self._ids_checked and not torch.compiler.is_compiling():
