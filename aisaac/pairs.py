@@ -13,7 +13,7 @@ import warnings
 from functools import partial
 import numpy as np
 import torch
-from datasets import Dataset
+from .data import Dataset  # Hugging Face's, imported at its first use
 from .data import DataLoaders, TensorLoader
 from .text import as_tokenizer, split_names
 from .sft import chat_segments, packed_attention_mask, _as_text, _best_fit, _check_model, _flat
