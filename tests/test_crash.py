@@ -297,6 +297,25 @@ def test_tensorboard_files_read_as_the_uninterrupted_runs(tmp_path):
     got, want = scalars(tmp_path/'tb'), scalars(tmp_path/'ref'/'tb')
     assert got == want and len(want['valid_loss']) == 3, (got, want)
 
+@pytest.mark.parametrize('uid', [8, 98])
+def test_tensorboard_files_keep_their_order_when_the_writers_count_gains_a_digit(tmp_path, monkeypatch, uid):
+    "TensorBoard reads a folder's event files in the order of their names, which end with a count of the writers the process opened: "
+    "with the resume's writers numbered 8, 9, 10 the cut-back file (9) sorted after the resumed one (10), so the steps read 40, 60, 20 "
+    "(seen in CI under pytest-xdist, where one worker had opened that many); the cut-back file now keeps the first file's name"
+    pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
+    from aisaac.callbacks.trackers import TensorBoardLogger
+    def scalars(d):
+        ea = EventAccumulator(str(d)); ea.Reload()
+        return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
+    fit(trainer(tmp_path/'ref', TensorBoardLogger(tmp_path/'ref'/'tb')), tmp_path/'ref')
+    with pytest.raises(RuntimeError): fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb'), Crash(43)), tmp_path)
+    monkeypatch.setattr(event_file_writer._global_uid, '_value', uid)  # the resume's writer, the rewrite's and the next one: uid, uid+1, uid+2
+    fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb')), tmp_path, resume=True)
+    got, want = scalars(tmp_path/'tb'), scalars(tmp_path/'ref'/'tb')
+    assert got == want and [s for s, _ in got['train_loss']] == [20, 40, 60], (got, want)
+
 def test_tensorboard_with_its_default_folder_resumes_in_the_runs_folder(tmp_path, monkeypatch):
     "`TensorBoardLogger()` (the folder `runs/<date>_<host>`), resumed in a new trainer a second later: one folder, read as the uninterrupted run's (before: a second folder from the resume on, and the first one not cut back, so the steps after the checkpoint were there twice)"
     pytest.importorskip('tensorboard')

@@ -52,8 +52,13 @@ def _cut_events(log_dir:Path, last:dict):
         w = EventFileWriter(str(tmp))
         for e in events.values(): w.add_event(e)
         w.close()
-        for new in tmp.iterdir(): os.replace(new, log_dir/new.name)
-        for f in files: f.unlink()
+        # TensorBoard reads a folder's files in the order of their names (`events.out.tfevents.<second>.<host>.<pid>.<count>`), and in
+        # one second the pid and the count sort as text ('...10' before '...9'): the merged file is named a second before the first one
+        (new,) = tmp.iterdir(); name = files[0].name.split('.')
+        if len(name) > 4 and name[3].isdigit(): name[3] = f'{int(name[3]) - 1:010d}'
+        os.replace(new, log_dir/'.'.join(name))
+        for f in files:
+            if f.name != '.'.join(name): f.unlink()
     finally: shutil.rmtree(tmp, ignore_errors=True)
 
 # %% ../../nbs/callbacks/62_trackers.ipynb #c368593f
