@@ -179,6 +179,8 @@ def _order_parts(loader):
 
 def set_sampler_epoch(loader, # a loader (or any iterable of batches)
                       epoch:int): # the epoch that starts
-    "Call `set_epoch(epoch)` on `loader` and on its samplers that have it (a `DistributedSampler`): each epoch gets its own order"
-    for o in _order_parts(loader):
+    "Call `set_epoch(epoch)` on `loader`, on its samplers (a `DistributedSampler`) and on its dataset (a Hugging Face iterable dataset) that have it: each epoch gets its own order"
+    parts = _order_parts(loader)
+    if (ds := getattr(loader, 'dataset', None)) is not None and all(ds is not o for o in parts): parts.append(ds)
+    for o in parts:
         if callable(getattr(o, 'set_epoch', None)): o.set_epoch(epoch)
