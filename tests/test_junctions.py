@@ -55,3 +55,56 @@ def test_micro_batches_count_each_batch_once_on_the_clock(tmp_path):
     assert names and t.history.get_metric_names('batch') == names
     for k in names: assert t.history.get_metric_steps(k, per='batch') == ref.history.get_metric_steps(k, per='batch')
     assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(t.model.parameters(), ref.model.parameters()))
+
+# ---- 5. tfm_batch on a dict batch (the text loaders' batches)
+
+def _dict_batch():
+    torch.manual_seed(0)
+    return {'input_ids': torch.randint(0, 10, (4, 6)), 'attention_mask': torch.ones(4, 6, dtype=torch.long), 'labels': torch.randint(0, 10, (4, 6))}
+
+def test_tfm_batch_transforms_the_inputs_and_targets_of_a_dict_batch():
+    """`x, y, *rest = b` unpacked a dict's keys: tfm_batch(b, tfm_x=f) called f on the string 'input_ids' (TypeError: neg(): argument
+    'input' (position 1) must be Tensor, not str), and tfm_batch(b, tfm_y=None) gave ('input_ids', 'attention_mask', 'labels'), the keys, as the batch. It must transform
+    the inputs ('input_ids') and the targets ('labels', as BasicTrainCB finds them) and keep the rest"""
+    from aisaac.callbacks.augment import tfm_batch
+    b = _dict_batch()
+    out = tfm_batch(b, tfm_x=torch.neg)
+    assert isinstance(out, dict) and list(out) == list(b)
+    assert torch.equal(out['input_ids'], -b['input_ids']) and out['labels'] is b['labels'] and out['attention_mask'] is b['attention_mask']
+    out = tfm_batch(b, tfm_y=lambda y: y + 1)
+    assert torch.equal(out['labels'], b['labels'] + 1) and out['input_ids'] is b['input_ids']
+    out = tfm_batch(b, tfm_x=torch.neg, x_key='attention_mask', tfm_y=torch.neg, y_key='input_ids')
+    assert torch.equal(out['attention_mask'], -b['attention_mask']) and torch.equal(out['input_ids'], -b['input_ids'])
+    assert torch.equal(tfm_batch({'x': b['labels'], 'y': b['input_ids']}, tfm_x=torch.neg)['x'], -b['labels'])  # the one key not the target
+    assert tfm_batch(b) == b and tfm_batch(b) is not b
+
+def test_tfm_batch_refuses_a_dict_batch_it_cannot_read_naming_the_fix():
+    "Keys it cannot tell the inputs or the targets among: refused, naming the keys and the argument to give (before: an obscure failure)"
+    from aisaac.callbacks.augment import tfm_batch
+    b = _dict_batch()
+    with pytest.raises(ValueError, match=r"tfm_batch got a dict batch with keys \['pixels', 'mask', 'labels'\] and cannot tell its inputs: .*x_key="):
+        tfm_batch({'pixels': b['input_ids'], 'mask': b['attention_mask'], 'labels': b['labels']}, tfm_x=torch.neg)
+    with pytest.raises(ValueError, match=r"cannot tell its targets: .*first of \['label', 'labels', 'target', 'targets', 'y'\].*y_key="):
+        tfm_batch({'input_ids': b['input_ids']}, tfm_y=torch.neg)
+    with pytest.raises(KeyError, match=r"tfm_batch: the dict batch has no 'pixels' \(its keys: \['input_ids', 'attention_mask', 'labels'\]\)"):
+        tfm_batch(b, tfm_x=torch.neg, x_key='pixels')
+    with pytest.raises(TypeError, match=r"tfm_batch got a batch that is one tensor .*BatchTransformCB\(tfm\)"):
+        tfm_batch(b['input_ids'], tfm_x=torch.neg)
+
+def test_a_fit_on_dict_batches_with_a_batch_transform():
+    "BatchTransformCB(partial(tfm_batch, tfm_x=...)) on a loader of dict batches: the model gets the transformed inputs (before: a TypeError)"
+    from functools import partial
+    from aisaac.callbacks.augment import BatchTransformCB, tfm_batch
+    seen = []
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__(); self.emb = nn.Embedding(10, 10)
+        def forward(self, x):
+            seen.append(x.clone()); return self.emb(x).transpose(1, 2)
+    b = _dict_batch()
+    dl = [{'input_ids': b['input_ids'], 'labels': b['labels']}] * 2
+    import types
+    t = Trainer(types.SimpleNamespace(train=dl, valid=dl), nn.CrossEntropyLoss(), torch.optim.SGD, Emb(),
+                callbacks=[BasicTrainCB(), BatchTransformCB(partial(tfm_batch, tfm_x=lambda x: 9 - x))])
+    t.fit(1, lr=0.1)
+    assert len(seen) == 4 and all(torch.equal(s, 9 - b['input_ids']) for s in seen)
