@@ -108,3 +108,43 @@ def test_a_fit_on_dict_batches_with_a_batch_transform():
                 callbacks=[BasicTrainCB(), BatchTransformCB(partial(tfm_batch, tfm_x=lambda x: 9 - x))])
     t.fit(1, lr=0.1)
     assert len(seen) == 4 and all(torch.equal(s, 9 - b['input_ids']) for s in seen)
+
+# ---- 6. LSUVInitCB (and what matches modules or parameters by name) with CompileCB
+
+def _conv_fit(*cbs, compiled=False):
+    import types
+    from aisaac.callbacks.compilation import CompileCB
+    from aisaac.models import get_model_conv
+    g = torch.Generator().manual_seed(0)
+    b = [(torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(2)]
+    torch.manual_seed(0)
+    model = get_model_conv()
+    t = Trainer(types.SimpleNamespace(train=b, valid=b[:1]), nn.CrossEntropyLoss(), torch.optim.SGD, model,
+                callbacks=[BasicTrainCB(), *cbs, *([CompileCB(backend='eager')] if compiled else [])])
+    t.fit(1, lr=0.1)
+    return t, model
+
+@pytest.mark.parametrize('modules', [None, 'pairs', 'list'])
+def test_lsuv_init_cb_is_the_same_with_and_without_compile_cb(modules):
+    """Under CompileCB the trainer's model is torch.compile's wrapper: LSUVInitCB named its layers '_orig_mod.0.0' ... (its stats keyed so,
+    where without CompileCB they are '0.0' ...), and `modules=lambda m: [(l[0], l[1]) for l in m[:4]]` failed ('OptimizedModule' object is
+    not subscriptable). It must initialise the same layers the same way, under the same names, and the fit's weights be the same"""
+    from aisaac.callbacks.init import LSUVInitCB
+    from aisaac.models import get_model_conv
+    def cb():
+        if modules == 'pairs': return LSUVInitCB(modules=lambda m: [(l[0], l[1]) for l in m[:4]])
+        return LSUVInitCB(modules=None if modules is None else lambda m: [m[0][0], m[1][0]])
+    ref, ref_model = _conv_fit(ref_cb := cb())
+    t, model = _conv_fit(comp_cb := cb(), compiled=True)
+    assert list(comp_cb.stats) == list(ref_cb.stats) and list(ref_cb.stats)[0] == '0.0'
+    for k, v in ref_cb.stats.items(): assert comp_cb.stats[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    for (k, p), (k0, p0) in zip(model.state_dict().items(), ref_model.state_dict().items()):
+        assert k == k0 and torch.allclose(p, p0, atol=1e-5), k
+
+def test_per_layer_gradient_norms_have_the_same_names_with_compile_cb():
+    "GradNormCB(per_layer=True) read the compiled wrapper's parameter names: 'grad_norm/_orig_mod.0.0.weight' where without CompileCB 'grad_norm/0.0.weight'"
+    from aisaac.callbacks.monitors import GradNormCB
+    ref, _ = _conv_fit(GradNormCB())
+    t, _ = _conv_fit(GradNormCB(), compiled=True)
+    names = ref.history.get_metric_names('batch')
+    assert 'grad_norm/0.0.weight' in names and t.history.get_metric_names('batch') == names
