@@ -39,7 +39,7 @@ class ProgressCB(Callback):
                  refresh:float=0.5, # seconds between two readings of the loss for the bar and the graph
                  bars:bool=None, # draw bars; default: in a notebook or a terminal, not in a file or pipe
                  times:bool=False): # add a `time` column: each epoch's wall time (mm:ss), its training and validation passes
-        self.plot, self.refresh, self.show_bars, self.times = plot, refresh, bars, times
+        self.plot, self.refresh, self.show_bars, self.times, self._counts = plot, refresh, bars, times, []
 
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar, when bars can be drawn"
