@@ -55,9 +55,17 @@ def test_the_teacher_runs_frozen_is_moved_like_any_extra_module_and_does_not_cha
     before = fingerprint(teacher)
     mover = MoveModulesToDeviceCB()
     batches = distill_batches()
-    Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[DistillCB(teacher), mover]).fit(1)
-    assert 'teacher' in mover.moved and fingerprint(teacher) == before and not any(p.requires_grad for p in teacher.parameters())
-    assert not teacher.training and all(p.grad is None for p in teacher.parameters())
+    seen = []
+    class During:
+        def after_batch(self, trainer): seen.append((trainer.teacher.training, any(p.requires_grad for p in trainer.teacher.parameters())))
+    teacher.train(); next(teacher.parameters()).requires_grad_(False)  # (a flag of the user's own, given back too)
+    given = [p.requires_grad for p in teacher.parameters()]
+    Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[DistillCB(teacher), mover, During()]).fit(1)
+    assert 'teacher' in mover.moved and fingerprint(teacher) == before and all(p.grad is None for p in teacher.parameters())
+    assert seen and set(seen) == {(False, False)}  # frozen, in evaluation mode, during the fit
+    # then given back as it came, so that a teacher trained later trains (before: left in evaluation mode without gradients,
+    # and a later fit of it raised 'element 0 of tensors does not require grad')
+    assert teacher.training and [p.requires_grad for p in teacher.parameters()] == given
 
 def _sft_loaders(seed=0, shuffle=True, hf=False):
     "TensorLoaders of padded SFT-like rows (the first 3 labels masked), with aisaac's shifted labels (or, `hf`, aligned ones)"

@@ -67,6 +67,18 @@ def test_the_reference_does_not_move_and_is_not_optimized():
     assert not any(torch.equal(model.state_dict()[k], v) for k, v in before.items() if 'weight' in k)  # the policy moved
     assert not any(p.requires_grad for p in ref.parameters()) and not hasattr(t, 'ref_model')
 
+def test_a_reference_given_as_a_model_is_frozen_during_the_fit_and_given_back_as_it_came():
+    "PreferenceCB(reference=model): frozen and in evaluation mode while the fit runs; afterwards its mode and requires_grad flags are the "
+    "user's again (before: left frozen, so training that model later raised 'element 0 of tensors does not require grad')"
+    dls = pair_loaders(synthetic_pairs(12), 4, shuffle=True)
+    ref = tiny_gpt(3).train()
+    seen = []
+    class During:
+        def after_batch(self, trainer): seen.append((trainer.ref_model.training, any(p.requires_grad for p in trainer.ref_model.parameters())))
+    fit_pairs_run(tiny_gpt(), dls, [PreferenceCB(reference=ref, chunk=8), During()], opt=torch.optim.AdamW, lr=1e-2)
+    assert seen and set(seen) == {(False, False)}
+    assert ref.training and all(p.requires_grad for p in ref.parameters())
+
 # ------------------------------------------------------------------ the three references
 def _losses_and_grads(dls, model, cb):
     "The first batch's loss and gradients"

@@ -77,6 +77,7 @@ class DistillCB(ChunkedLossCB):
             raise ValueError("The teacher shares weights with the student: give the teacher as a model of its own")
         vs, vt = output_layer(trainer.model).weight.shape[0], output_layer(self.teacher).weight.shape[0]
         if vs != vt: raise ValueError(f"The teacher scores {vt} tokens and the student {vs}: distillation compares their distributions token by token, so they share a tokenizer")
+        self._given = self.teacher.training, [p.requires_grad for p in self.teacher.parameters()]  # (given back as it came, in cleanup_fit)
         self.teacher.eval().requires_grad_(False)
         trainer.teacher = self.teacher  # (`MoveModulesToDeviceCB` moves it with the model)
         self._fp = fingerprint(self.teacher)
@@ -131,8 +132,12 @@ class DistillCB(ChunkedLossCB):
         finally: self.input_keys = user
 
     def cleanup_fit(self, trainer):
-        "The teacher leaves the trainer with the fit"
+        "The teacher leaves the trainer with the fit, its training mode and `requires_grad` flags as they were given (a teacher trained later trains)"
         if self.teacher is not None and trainer.__dict__.get('teacher') is self.teacher: del trainer.teacher
+        if self.teacher is not None and getattr(self, '_given', None) is not None:
+            (was, flags), self._given = self._given, None
+            self.teacher.train(was)
+            for p, f in zip(self.teacher.parameters(), flags): p.requires_grad_(f)
 
     def state_dict(self):
         "The teacher's fingerprint and the loss's settings: a resume with another teacher is refused"

@@ -191,6 +191,7 @@ class PreferenceCB(BasicTrainCB):
             if {id(p) for p in self.ref.parameters()} & {id(p) for p in policy.parameters()}:
                 raise ValueError("The reference shares weights with the policy (it is the model being trained): give a frozen copy, "
                                  "`reference=copy.deepcopy(model)` or `reference='copy'`")
+            if self.kind == 'model' and getattr(self, '_given', None) is None: self._given = self.ref.training, [p.requires_grad for p in self.ref.parameters()]
             self.ref.eval().requires_grad_(False)
             trainer.ref_model = self.ref  # (`MoveModulesToDeviceCB` moves it with the model)
             if self._fp is None: self._fp = fingerprint(self.ref)
@@ -253,8 +254,12 @@ class PreferenceCB(BasicTrainCB):
         self._dl_x = trainer.dl
 
     def cleanup_fit(self, trainer):
-        "The reference model leaves the trainer with the fit (the callback keeps it for the next)"
+        "The reference model leaves the trainer with the fit (the callback keeps it for the next); a reference given as a model gets its training mode and `requires_grad` flags back"
         if trainer.__dict__.get('ref_model') is self.ref and self.ref is not None: del trainer.ref_model
+        if getattr(self, '_given', None) is not None:
+            (was, flags), self._given = self._given, None
+            self.ref.train(was)
+            for p, f in zip(self.ref.parameters(), flags): p.requires_grad_(f)
 
     def state_dict(self):
         "The loss and the reference: its kind, its fingerprint, whether the adapters were fresh, and a frozen copy's weights (a resume goes on against the same reference)"
