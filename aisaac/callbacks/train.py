@@ -247,6 +247,26 @@ class MomentumTrainCB(BasicTrainCB):
         with torch.no_grad():
             for p in trainer.model.parameters():
                 if p.grad is not None: p.grad *= self.momentum
+    def before_fit(self, trainer):
+        "Keep the model, whose gradients `state_dict` saves"
+        self._model = trainer.model
+    def state_dict(self):
+        "The gradients kept for the next step, by parameter name (a copy): a checkpoint resumes them"
+        model = self.__dict__.get('_model')
+        if model is None: return {}
+        return {'grads': {k: p.grad.detach().clone() for k, p in unwrap_model(model).named_parameters() if p.grad is not None}}
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Keep the checkpoint's gradients, put back once the checkpoint is loaded (after the fit's start has cleared them)"
+        self._grads = state.get('grads') or None
+    def after_load_checkpoint(self, trainer):
+        "Put the kept gradients back on the parameters"
+        grads, self._grads = self.__dict__.get('_grads'), None
+        if not grads: return
+        params = dict(unwrap_model(trainer.model).named_parameters())
+        if missing := [k for k in grads if k not in params]:
+            raise KeyError(f"MomentumTrainCB resumes gradients of {missing[:3]}, which the model lacks: resume with the same model")
+        with torch.no_grad():
+            for k, g in grads.items(): params[k].grad = g.to(params[k].device, params[k].dtype).clone()
 
 # %% ../../nbs/callbacks/40_train.ipynb #34045bfb
 class DeviceCB(Callback):
