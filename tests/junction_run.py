@@ -45,7 +45,7 @@ def loaders(world, dicts=False, bs=8):
     samp = lambda d: DistributedSampler(d, shuffle=False) if world > 1 else None
     return DataLoaders(DataLoader(ds, bs // world, sampler=samp(ds)), DataLoader(vs, bs // world, sampler=samp(vs)))
 
-def train_cb(dicts): return BasicTrainCB(input_keys=['x'], target_key='labels') if dicts else BasicTrainCB()
+def train_cb(dicts): return BasicTrainCB(input_keys='x', target_key='labels') if dicts else BasicTrainCB()
 
 class StopAfter(Callback):
     "End the validation pass's fit (a cancel) after its `n`th batch"

@@ -22,3 +22,28 @@ def test_lsuvinitcb_starts_every_process_from_rank_0s_initialisation(tmp_path):
     assert len(params) == 6
     diff = max((torch.tensor(r0['result'][k]) - torch.tensor(r1['result'][k])).abs().max().item() for k in params)
     assert diff == 0, diff
+
+def reference(case):
+    "The same on one process, 8 samples a batch"
+    import torch.distributed as dist
+    return jr.run(case, 1)
+
+def close(a, b): return torch.allclose(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64), atol=1e-6)
+
+@pytest.mark.parametrize('case', ['preds', 'preds_dict', 'preds_early'])
+def test_captured_predictions_and_item_losses_join_every_process_in_the_loaders_order(tmp_path, case):
+    """`capture_preds`, `Interpretation.from_trainer` (the whole validation set) and `CapturePredsCB`/`ItemLossesCB` in a fit cancelled after
+    the 2nd batch give, on both processes, what one process gives over the same 30 items: every prediction, target, input and item
+    loss in the loader's order, the same items of largest loss. Before: each process kept its own 15 items (8 after the cancel, none
+    at all: the join was in `after_fit`, which a cancel skips), numbered from 0 on each; dict batches failed with `KeyError: 0`"""
+    ref = reference(case)
+    r0, r1 = launch(tmp_path, case)
+    for r in (r0, r1):
+        assert 'result' in r, r
+        got = r['result']
+        assert got['preds'] is not None and len(got['preds']) == len(ref['preds']) == (16 if case == 'preds_early' else 30)
+        for k in ('preds', 'targs', 'losses'): assert close(got[k], ref[k]), k
+        inps = got['inps'] if case != 'preds_dict' else got['inps']['x']
+        assert close(inps, ref['inps'] if case != 'preds_dict' else ref['inps']['x'])
+        assert got['top_idxs'] == ref['top_idxs']
+        if case != 'preds_early': assert got['top'] == ref['top']
