@@ -5,7 +5,9 @@
 CASE 'lsuv': a DistributedDataParallel MLP (with a BatchNorm) initialised by `LSUVInitCB` on each process's first batch (each its own
 half of the data), then one step at lr 0: each process writes its weights. CASE 'preds', 'preds_early', 'preds_dict': `capture_preds`
 and `Interpretation.from_trainer` on a validation set split by a `DistributedSampler` (the whole fit; a fit ended by a cancel after
-the 2nd of 3 batches, with `CapturePredsCB`/`ItemLossesCB` directly; dict batches): each process writes what it captured.
+the 2nd of 3 batches, with `CapturePredsCB`/`ItemLossesCB` directly; dict batches): each process writes what it captured. CASE 'lm':
+a DDP language model (each position's scores from its own token) trained with `lm_loss`, a mean over the tokens not -100, on padded
+sequences of 1 to 9 tokens, 2 a batch on each process (the global batch of 4 that one process trains on): each writes its weights.
 `data` and `make_model` also make the single-process reference of the tests.
 """
 import datetime, json, sys
@@ -54,10 +56,43 @@ class StopAfter(Callback):
     def after_batch(self, trainer):
         if trainer.batch_num + 1 == self.n: raise CancelFitException()
 
+class TokenLM(nn.Module):
+    "Each position's scores from its own token only: padding cannot change the real positions"
+    def __init__(self, vocab=50): super().__init__(); self.emb, self.out = nn.Embedding(vocab, 16), nn.Linear(16, vocab)
+    def forward(self, x): return self.out(torch.tanh(self.emb(x)))
+
+class Seqs(Dataset):
+    "16 sequences of 1 to 9 tokens, their next tokens as labels"
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.rows = [torch.randint(1, 50, (1 + (i * 5) % 9 + 1,), generator=g) for i in range(16)]
+    def __len__(self): return len(self.rows)
+    def __getitem__(self, i): return self.rows[i]
+
+def pad(rows):
+    "Inputs padded with 0, labels (the next tokens) with -100"
+    T = max(len(r) for r in rows) - 1
+    x = torch.zeros(len(rows), T, dtype=torch.long); y = torch.full((len(rows), T), -100)
+    for i, r in enumerate(rows): x[i, :len(r) - 1], y[i, :len(r) - 1] = r[:-1], r[1:]
+    return x, y
+
+def lm_loaders(world, bs=4):
+    ds = Seqs()
+    samp = DistributedSampler(ds, shuffle=False) if world > 1 else None
+    return DataLoaders(DataLoader(ds, bs // world, sampler=samp, collate_fn=pad), DataLoader(ds, bs // world, sampler=samp, collate_fn=pad))
+
 def lists(t): return None if t is None else t.tolist()
 
 def run(case, world):
     dicts = case == 'preds_dict'
+    if case == 'lm':
+        from aisaac.models import lm_loss
+        torch.manual_seed(0)
+        model = TokenLM()
+        if world > 1: model = nn.parallel.DistributedDataParallel(model)
+        t = Trainer(lm_loaders(world), lm_loss, torch.optim.SGD, model, callbacks=[BasicTrainCB()])
+        t.fit(2, lr=0.5, valid=False)
+        return {k.removeprefix('module.'): v.tolist() for k, v in t.model.state_dict().items()}
     model = make_model()
     if world > 1: model = nn.parallel.DistributedDataParallel(model)
     if case == 'lsuv':

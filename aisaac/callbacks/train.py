@@ -15,6 +15,8 @@ from fastcore.basics import patch
 from ..core.callback import Callback, CancelFitException
 from ..utils import def_device, exact_device, to_device
 from ..persist import unwrap_model
+import torch.distributed as dist
+from ..ranks import _world_size
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26
 _unread = object()  # no loader yet
@@ -45,7 +47,8 @@ class BasicTrainCB(Callback):
         b = trainer.batch
         trainer.loss = trainer.loss_func(trainer.preds, b[1]) if self._pair else trainer.loss_func(trainer.preds, *self._targets(b))
     def backward(self, trainer):
-        "Compute the gradients: `loss.backward()`"
+        "Compute the gradients: `loss.backward()` (in a distributed fit, a mean over tokens weighted so that each token of the global batch counts once)"
+        if (factor := self._token_weight(trainer)) is not None: trainer.loss.register_hook(lambda g: g * factor.to(g.dtype))
         trainer.loss.backward()
     def step(self, trainer):
         "Update the weights: `opt.step()`"
@@ -197,6 +200,27 @@ def count_items(targets, # a batch's targets, as the loss function gets them
         first = next((t for t in (targets.values() if isinstance(targets, dict) else targets) if isinstance(t, torch.Tensor) and t.ndim), None)
         if first is not None: return len(first)
     return len(targets)
+
+def _averages_gradients(model):
+    "Whether the processes' gradients of `model` are averaged at its backward: DistributedDataParallel, or a model sharded by FSDP"
+    from ..dcp import is_sharded
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel) or is_sharded(model)
+
+@patch
+def _token_weight(self:BasicTrainCB, trainer): # the trainer, after this batch's loss
+    "The weight of this process's gradients when its loss is a mean over tokens and the processes' gradients are averaged (DDP, FSDP): its tokens x processes / every process's tokens, so that each token of the global batch counts once, as on one process; `None` otherwise (one process, batches of samples, or `GradAccumCB`, which weighs the tokens itself). Once a batch (a collective, on the device)"
+    if _world_size() < 2 or not trainer.model.training or not _averages_gradients(trainer.model): return None
+    if any(type(cb).__name__ == 'GradAccumCB' for cb in trainer.cbs): return None
+    micro = next((cb for cb in trainer.cbs if type(cb).__name__ == 'MicroBatchCB' and getattr(cb, '_full', None) is not None), None)
+    batch = trainer.batch if micro is None else micro._full  # (`MicroBatchCB` weighs each microbatch within its batch)
+    if (w := self.__dict__.get('_weighed')) is not None and w[0] is batch: return w[1]
+    items = self.loss_items(trainer, batch=batch)
+    factor = None
+    if isinstance(items, torch.Tensor):
+        dist.all_reduce(total := items.clone())
+        factor = items * _world_size() / total.clamp(min=1)
+    self._weighed = (batch, factor)
+    return factor
 
 @patch
 def loss_items(self:BasicTrainCB, trainer, # the trainer, after this batch's forward pass
