@@ -304,3 +304,18 @@ def test_a_nan_in_the_warm_up_does_not_count_toward_it(at):
     w = Watch()
     make(LossSpikeCB('skip', warmup=3), NaN(at), w).fit(1, lr=0.05, valid=False)
     assert len(w.skips) == 1 and 'not finite' in w.skips[0], w.skips
+
+@pytest.mark.parametrize('how', ['rollback', 'skip', 'window'])
+def test_the_live_loss_graph_keeps_only_the_kept_batches(tmp_path, how):
+    """ProgressCB(plot=True)'s graph did not honour `void_batches`: after the rollback of batches 8 to 15 it kept 23 points for 16 batches
+    trained (the undone batches' losses, the spike's among them); in a skipped accumulation window of 3, 23 for 21 (batches 9 and 10). A
+    skipped single batch was already left out (it ends before `after_batch`): 23 for 23. Its points must be the kept batches' losses"""
+    from aisaac.callbacks.progress import ProgressCB
+    spikes, cbs, n = {'rollback': (LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8), [Spike(13)], 16),
+                      'skip': (LossSpikeCB('skip', warmup=3), [Spike(10)], 23),
+                      'window': (LossSpikeCB('skip', warmup=2), [GradAccumCB(3), Spike(10)], 21)}[how]
+    progress = ProgressCB(plot=True, bars=False)
+    t = make(spikes, *cbs, progress, *recorders(tmp_path))
+    t.fit(1, lr=0.1 if how == 'rollback' else 0.05, valid=False)
+    kept = check_records(t, tmp_path, n)
+    assert progress.losses == pytest.approx([t.Losses.loss[k] for k in kept], rel=1e-6)

@@ -78,6 +78,11 @@ def _from_rank_0(model):
     with torch.no_grad():
         for t in [*unwrap_model(model).parameters(), *unwrap_model(model).buffers()]: dist.broadcast(t.data, 0)
 
+def _uncompiled(model):
+    "The module inside `torch.compile`'s wrappers of `model`: the layers as the user named them (not `_orig_mod.0`), its forward run eagerly"
+    while isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
+    return model
+
 class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
     def __init__(self, modules=None, # layers in order: modules, `(module, measurement_module)` pairs, or a function of the model giving them; default every conv and linear layer
@@ -94,7 +99,7 @@ class LSUVInitCB(Callback):
     def before_predict(self, trainer):
         "On the first training batch: initialise the layers on its inputs"
         if self.done or not trainer.training: return
-        model, xb = trainer.model, trainer.batch[0]
+        model, xb = _uncompiled(trainer.model), trainer.batch[0]  # (`CompileCB`'s wrapper: its layers' names carry `_orig_mod.`, and it has no `[i]`)
         layers = self.modules(model) if callable(self.modules) else self.modules
         if layers is None: layers = [m for m in model.modules() if isinstance(m, _layers)]
         if not layers: raise ValueError("LSUVInitCB found no layer to initialise: the model has no convolution or linear layer; name them with `modules=`")

@@ -244,8 +244,9 @@ class GradNormCB(Callback):
         self.per_layer, self.pending = per_layer, []
 
     def after_backward(self, trainer):
-        "Compute the norms on the device and keep them in the history"
-        named = [(n, p.grad) for n, p in trainer.model.named_parameters() if p.grad is not None]
+        "Compute the norms on the device and keep them in the history (once a batch: a microbatch's backward but the last gives part of its gradients)"
+        if trainer.clock.held: return  # (`MicroBatchCB`: the batch's gradients are whole after its last microbatch)
+        named = [(n, p.grad) for n, p in unwrap_model(trainer.model).named_parameters() if p.grad is not None]  # (the names without `_orig_mod.` or `module.`)
         if not named: return
         norms = torch.stack([torch.linalg.vector_norm(g) for _, g in named])
         total = torch.linalg.vector_norm(norms)
