@@ -218,8 +218,9 @@ class Checkpoints:
         h, model = _history(self), unwrap_model(self.model)
         attrs = {k: v for k, v in vars(self).items() if _kept(k)}
         shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
+        shared |= {id(o): o for m in {id(self.model): self.model, id(model): model}.values() for o in (*m.modules(), *m.parameters(), *m.buffers())}  # a callback's layers, parameters: the model's own, kept
         named = list(self.named_callbacks().values())  # every callback, with a state or not: a counter of batches is put back too
-        shared |= {id(v): v for cb in named for v in vars(cb).values() if isinstance(v, io.IOBase)}  # open files are kept, not copied
+        shared |= {id(v): v for cb in named for v in vars(cb).values() if isinstance(v, (io.IOBase, torch.utils.hooks.RemovableHandle))}  # open files and hooks' handles are kept, not copied
         cbs = [(cb, _copy_attrs(cb, shared)) for cb in named]  # attributes as they are, not as a resume would load them
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})

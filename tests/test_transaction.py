@@ -121,3 +121,21 @@ def test_a_callback_kept_out_of_the_sweep_is_not_entered_at_all():
     t.lr_find(plot=False, max_epochs=1)
     assert len(entered) == n == 1
     assert p.stats == stats
+
+def test_a_callback_holding_the_models_layers_holds_the_same_layers_after_a_tool():
+    """Attributes that are the model's layers, parameters or hook handles are kept, not copied: a hook recorder still records the live model
+    after `lr_find` and `capture_preds`. Before (once every callback's attributes were copied): the callback's layer, weight and handle
+    after `lr_find` were deep copies, not the model's"""
+    class Holds(Callback):
+        def __init__(self): self.layer, self.seen = None, []
+        def before_fit(self, t):
+            if self.layer is None: self.layer, self.weight = t.model[0], t.model[0].weight; self.handle = t.model[0].register_forward_hook(lambda m, i, o: self.seen.append(1))
+    t = make()
+    t.add_callbacks([h := Holds()])
+    t.fit(1, lr=1e-2)
+    layer, weight, handle = h.layer, h.weight, h.handle
+    t.lr_find(plot=False, max_epochs=1); t.capture_preds()
+    assert h.layer is layer is t.model[0] and h.weight is weight is t.model[0].weight and h.handle is handle
+    n = len(h.seen)
+    t.model(torch.randn(2, 1, 8, 8))
+    assert len(h.seen) == n + 1
