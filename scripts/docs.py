@@ -23,6 +23,8 @@ The check fails on
 - a Markdown link shown as text on a page (`[text](url)` outside code);
 - an entry documented twice, on one page or on two (`scripts/doc_coverage.py`);
 - a page of the kernel (`nbs/core/`) that does not show the code of each of its exported cells;
+- a code block cut at 1280 px (its widest line wider than its box, in headless Chromium: scripts/site/check.js), and a
+  line of at most 120 characters that has to wrap there (the column is too narrow for the kernel's lines);
 - a tutorial or guide with no outputs, any notebook with a cell that should show something and shows
   nothing, and any notebook saved without outputs although one of its cells prints, plots or shows
   something (run `make docs NBS=nbs/<notebook>` to execute it and save its outputs);
@@ -464,6 +466,76 @@ def check_saved_outputs(nb):
                     f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
     return []
 
+# In the browser: what a reader at 1280 px sees (headless Chromium)
+
+def in_chromium(pages, width=1280, height=900, search=None, root=None, timeout=600):
+    """Load each page (relative to `root`, default _docs/) in a `width` px frame of headless Chromium and measure its code blocks
+    with scripts/site/check.js: {page: [problem, ...]}; with `search`, also type it into the home page's search box:
+    then the result is ({page: problems}, [result link, ...])"""
+    import tempfile
+    exe, root = chromium(), Path(root or DOCS).resolve()
+    if not exe: return None
+    with tempfile.TemporaryDirectory() as tmp:
+        harness = Path(tmp)/'harness.html'
+        urls = [(root/p).as_uri() for p in pages]
+        harness.write_text(f"""<!DOCTYPE html><html><body><iframe id="f" style="width:{width}px;height:{height}px;border:0"></iframe>
+<pre id="out"></pre><script>{(SITE/'check.js').read_text()}
+const urls = {json.dumps(urls)}, names = {json.dumps(list(pages))}, search = {json.dumps(search)}, home = {json.dumps((root/'index.html').as_uri())};
+const f = document.getElementById('f'), res = {{}}; let i = 0;
+function done(extra) {{ document.getElementById('out').textContent = 'RESULT' + JSON.stringify({{pages: res, search: extra}}) + 'END'; }}
+function typeSearch() {{
+  f.onload = () => {{
+    const d = f.contentDocument, box = d.querySelector('#search-box');
+    if (!box) return done(null);
+    box.focus(); box.value = search; box.dispatchEvent(new Event('input', {{bubbles: true}}));
+    let n = 0; const poll = () => {{
+      const links = [...d.querySelectorAll('#search-results a')].map(a => a.getAttribute('href'));
+      if (links.length || ++n > 50) done(links); else setTimeout(poll, 100); }};
+    poll();
+  }};
+  f.src = home;
+}}
+function next() {{
+  if (i >= urls.length) return search === null ? done(null) : typeSearch();
+  f.src = urls[i];
+}}
+f.onload = () => {{ try {{ res[names[i]] = measureCode(f.contentDocument); }} catch (e) {{ res[names[i]] = [{{kind: 'error', line: String(e)}}]; }} i++; next(); }};
+next();
+</script></body></html>""")
+        r = subprocess.run([exe, '--headless', '--no-sandbox', '--disable-gpu', '--allow-file-access-from-files',
+                            '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+                            f'--user-data-dir={tmp}/profile', f'--window-size={width + 40},{height + 200}',
+                            f'--virtual-time-budget={max(60000, 2000 * len(pages))}', '--dump-dom', harness.as_uri()],
+                           capture_output=True, text=True, timeout=timeout)
+    m = re.search(r'RESULT(.*?)END', html.unescape(r.stdout), re.S)
+    if not m: return {'(chromium)': [f"no result from headless Chromium (exit {r.returncode}): {r.stderr.strip()[-300:]}"]}
+    out = json.loads(m.group(1))
+    probs = {}
+    for page, bad in out['pages'].items():
+        for b in bad:
+            if b['kind'] == 'cut':
+                probs.setdefault(page, []).append(f"code block {b['block']} ({b['where'] or 'no id'}) is cut at {width} px: its widest line has "
+                                                  f"{b['chars']} characters, its box shows {b['cap']} (`{b['line']}`)")
+            elif b['kind'] == 'narrow':
+                probs.setdefault(page, []).append(f"code block {b['block']} ({b['where'] or 'no id'}) wraps a line of {b['chars']} characters at "
+                                                  f"{width} px (its box holds {b['cap']}; 120 must fit) (`{b['line']}`)")
+            else: probs.setdefault(page, []).append(f"could not measure the page: {b['line']}")
+    missing = [p for p in pages if p not in out['pages']]
+    if missing: probs['(chromium)'] = [f"pages not measured: {missing[:5]}"]
+    return (probs, out['search']) if search is not None else probs
+
+def check_in_chromium(pages, search=None, expect='callbacks/metrics.html'):
+    "The check's browser part: every page's code blocks at 1280 px, and the search box finding `search` on `expect`"
+    if not chromium():
+        if os.environ.get('CI'): return ["no chromium on PATH, so the code blocks were not measured: `apt-get install chromium`"]
+        print("!!! docs: no chromium on PATH (`apt-get install chromium`): the code blocks' widths are not measured"); return []
+    res = in_chromium([page_of(nb, pages[nb]) for nb in sorted(pages)], search=search)
+    probs, found = res if isinstance(res, tuple) else (res, None)
+    bad = [f"{page}: {p}" for page, ps in sorted(probs.items()) for p in ps]
+    if search and (found is None or not any(urlsplit(l).path.endswith(expect) for l in found)):
+        bad.append(f"index.html: typing {search!r} in the search box does not find {expect} (results: {(found or [])[:5]})")
+    return bad
+
 def doc_coverage():
     "scripts/doc_coverage.py, as a module"
     import importlib.util
@@ -511,6 +583,7 @@ def build(strict=True):
         page = DOCS/page_of(nb, pages[nb])
         if not page.is_file(): problems.append(f"{nb}: its page {page.relative_to(ROOT)} was not rendered")
     problems += check_links(site_url) + check_docs_lines(site_url) + check_raw_links() + check_kernel_code(pages)
+    if renderer == 'pandoc': problems += check_in_chromium(pages)  # Quarto's pages: its own CSS (nbs/styles.css), not measured here
     problems += [f"{nb}: {name} is documented here and in {', '.join(others)}" if others else f"{nb}: {name} is documented twice"
                  for nb, name, others in doc_coverage().duplicate_entries()]
     for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb)]

@@ -179,3 +179,28 @@ def test_a_cell_the_docs_build_cannot_run_is_reported(tmp_path):
     bad.write_text(json.dumps(nb('x = 1', 'import math\nprint(math.pi + x)', 'def f(y): return y', 'import torch\ndl = torch.utils.data.DataLoader([1], num_workers=2)')))
     good.write_text(json.dumps(nb('x = 1', 'import math', 'print(math.pi + x)', '#| export\ndef g(): return later()')))
     assert dc.docs_run_problems([bad, good]) == [(str(bad), 1, ['x']), (str(bad), 3, ['(worker processes: num_workers)'])]
+
+# ---------------------------------------------------------------- what a reader sees at 1280 px (headless Chromium)
+
+needs_chromium = pytest.mark.skipif(docs_site.chromium() is None, reason='no chromium on PATH (`apt-get install chromium`)')
+
+def _page(tmp_path, name, code, style=''):
+    "A page like the site's (its CSS), with one code block"
+    import shutil
+    shutil.copy(docs_site.SITE/'site.css', tmp_path/'site.css')
+    (tmp_path/name).write_text(f'<!DOCTYPE html><html><head><link rel="stylesheet" href="site.css"><style>{style}</style></head>'
+                               f'<body><div class="layout"><nav class="sidebar">x</nav><main><div class="sourceCode" id="cb1">'
+                               f'<pre class="sourceCode python"><code class="sourceCode python">{code}</code></pre></div></main></div></body></html>')
+
+@needs_chromium
+def test_a_cut_code_block_is_reported_and_a_wrapped_one_is_not(tmp_path):
+    "The docs check measures each code block's widest line against its box at 1280 px: cut fails, wrapped beyond 120 passes, 120 fit"
+    line = 'x = ' + ', '.join(f'value_{i}' for i in range(30))  # 292 characters
+    _page(tmp_path, 'cut.html', line, style='main pre > code.sourceCode, main pre { white-space: pre !important; overflow-x: hidden; }')
+    _page(tmp_path, 'wrapped.html', line)
+    _page(tmp_path, 'kernel.html', 'y' * 120)
+    _page(tmp_path, 'narrow.html', 'y' * 120, style='main { max-width: 700px; }')
+    res = docs_site.in_chromium(['cut.html', 'wrapped.html', 'kernel.html', 'narrow.html'], root=tmp_path)
+    assert set(res) == {'cut.html', 'narrow.html'}, res
+    assert res['cut.html'][0].startswith('code block 0 (cb1) is cut at 1280 px: its widest line has 292 characters, its box shows 12'), res
+    assert 'wraps a line of 120 characters' in res['narrow.html'][0], res
