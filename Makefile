@@ -150,7 +150,7 @@ check-export: venv
 	fi; \
 	echo ">>> nbdev-export: aisaac/ is in sync with nbs/"
 
-# README.md holds the same text as nbs/index.ipynb (no Quarto here for nbdev-readme).
+# README.md holds the same text as nbs/index.ipynb, CONTRIBUTING.md as nbs/guides/contributing.ipynb (no Quarto here for nbdev-readme).
 check-readme: venv
 	$(PY) scripts/readme_sync.py --check
 
@@ -178,7 +178,7 @@ slow: setup ## run the notebooks including cells flagged #| slow
 export: venv ## nbdev-export: regenerate aisaac/ from the notebooks
 	$(BIN)/nbdev-export
 
-readme: venv ## rewrite README.md from nbs/index.ipynb
+readme: venv ## rewrite README.md from nbs/index.ipynb, CONTRIBUTING.md from nbs/guides/contributing.ipynb
 	$(PY) scripts/readme_sync.py
 
 clean: venv ## nbdev-clean: strip notebook metadata/outputs noise

@@ -47,17 +47,23 @@ SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template 
 # matches; within a group, notebooks are sorted by FIRST, then by their number (the layers' order). nbdev does not
 # regenerate nbs/sidebar.yml (`custom_sidebar = true` in pyproject.toml): this script writes it, and every
 # docs command runs this first, so a new notebook lands in its group by its number or folder alone.
-SIDEBAR = [
-    ('Kernel',    r'^core/'),                   # the tiny trainer: its events, phases and loop
-    ('Layers',    r'^(1\d|2\d)[a-z]?_|\d+_learner'),     # the machinery's layers (1x), the trainer's (2x), the two assemblies, miniai's `Learner`
-    ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
-    ('Data',      r'^3\d_'),
-    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+SIDEBAR = [  # in the order a reader learns: what to do first, then the loop, then where to look things up
     ('Tutorials', r'^tutorials/'),
-    ('Guides',    r'^guides/'),
+    ('The kernel', r'^core/'),                  # the tiny trainer: its events, phases and loop, in three pages
+    ('Guides',    r'^guides/|\d+_learner'),     # coming from another library (miniai's `Learner` with them), the reference
+    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+    ('Data',      r'^3\d_'),
+    ('Inside the trainer', r'^(1\d|2\d)[a-z]?_'),  # the machinery's layers (1x), the trainer's (2x), the two assemblies
+    ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
 ]
 # Pages that come first in their group, in this order (the rest follow by layer number, then by name).
-FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb', 'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb']
+FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb',
+         'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb',
+         'guides/reference.ipynb', 'guides/coming_from_miniai.ipynb', '32_learner.ipynb', 'guides/coming_from_aisaac.ipynb',
+         'guides/coming_from_composer.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb', 'guides/coming_from_cerebras.ipynb',
+         'guides/coming_from_arctic_training.ipynb', 'guides/coming_from_nanogpt.ipynb', 'guides/callback_contracts_compared.ipynb',
+         'guides/changelog.ipynb', 'guides/contributing.ipynb',
+         '27_trainer.ipynb', '20_dispatch.ipynb']  # in "Inside the trainer", the two assemblies first: the classes you use
 HOME = 'index.ipynb'
 
 def _order(nb):
@@ -315,8 +321,10 @@ def nav_html(groups, page, pages):
                    ''.join(item(nb) for nb in nbs if nb in pages) + '</ul>')
     return '\n'.join(out)
 
-def pandoc_page(nb, md, page, nav, site_title, links):
-    "Render one page with pandoc; return an error message or None"
+def _plain(title): return re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(title)))
+
+def pandoc_page(nb, md, page, nav, site_title, links, pager=None):
+    "Render one page with pandoc (`pager`: {'prev': (page, title), 'next': ...}, the pages around it); return an error message or None"
     out = DOCS/page
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(str(out) + '.md').write_text(md)  # the Markdown page each module's `Docs:` line points to
@@ -326,6 +334,8 @@ def pandoc_page(nb, md, page, nav, site_title, links):
            f'--template={SITE/"page.html"}', f'--include-before-body={navf}', '--highlight-style=pygments', '--mathjax',
            f'--variable=root:{up}', f'--variable=site-title:{site_title}', f'--variable=md-link:{out.name}.md',
            '--metadata=lang:en', f'--output={out}'] + [f'--variable={k}-link:{up}{v}' for k, v in links.items()]
+    for k, (target, title) in (pager or {}).items():
+        cmd += [f'--variable={k}-link:{os.path.relpath(target, Path(page).parent.as_posix() or ".")}', f'--variable={k}-title:{_plain(title)}']
     r = subprocess.run(cmd, input=md, capture_output=True, text=True)
     navf.unlink()
     if r.returncode: return f"pandoc failed: {r.stderr.strip()[:500]}"
@@ -342,18 +352,38 @@ def render_pandoc(pages, groups, site_url, site_title):
     "All pages with pandoc into _docs/; {notebook: [problem, ...]}"
     if DOCS.exists(): shutil.rmtree(DOCS)
     DOCS.mkdir()
-    shutil.copy(SITE/'site.css', DOCS/'site.css')
+    for f in ('site.css', 'search.js'): shutil.copy(SITE/f, DOCS/f)
+    if (NBS/'images').is_dir(): shutil.copytree(NBS/'images', DOCS/'images')  # pictures the pages' Markdown names
     problems = {}
-    links = {name.lower(): page_of(nbs[0], pages[nbs[0]]) for name, nbs in groups.items() if name in ('Tutorials', 'Guides')}
+    links = {name.split()[-1].lower(): page_of(nbs[0], pages[nbs[0]]) for name, nbs in groups.items() if name in ('Tutorials', 'The kernel', 'Guides')}
+    order = [nb for nb in [HOME] + [nb for nbs in groups.values() for nb in nbs] if nb in pages]  # the sidebar's order
+    around = {nb: {k: (page_of(o, pages[o]), pages[o].get('title', o)) for k, o in (('prev', order[i - 1] if i else None),
+                   ('next', order[i + 1] if i + 1 < len(order) else None)) if o} for i, nb in enumerate(order)}
     def one(nb):
         page = page_of(nb, pages[nb])
         md, probs = notebook_md(nb, pages, site_url)
-        err = pandoc_page(nb, md, page, nav_html(groups, page, pages), site_title, links)
+        err = pandoc_page(nb, md, page, nav_html(groups, page, pages), site_title, links, around.get(nb))
         return nb, probs + ([err] if err else [])
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         for nb, probs in ex.map(one, sorted(pages)):
             if probs: problems[nb] = probs
+    write_search_index(pages, order)
     return problems
+
+_heading = re.compile(r'<h([1-4]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
+def write_search_index(pages, order):
+    "_docs/search_index.js, what the search box (scripts/site/search.js) reads: each page's address, title, headings and text"
+    index = []
+    for nb in order:
+        page = page_of(nb, pages[nb])
+        h = (DOCS/page).read_text(errors='replace')
+        main = h[h.find('<main>'):h.find('</main>')]
+        main = re.sub(r'<nav class="pager">.*?</nav>', '', main, flags=re.S)
+        heads = [[i, re.sub(r'\s+', ' ', html.unescape(_tag.sub('', t))).strip()] for _, i, t in _heading.findall(main)]
+        text = re.sub(r'\s+', ' ', html.unescape(_tag.sub(' ', _unshown.sub(' ', main)))).strip()
+        index.append({'u': page, 't': str(pages[nb].get('title', nb)).replace('`', ''), 'h': heads, 'x': text})
+    (DOCS/'search_index.js').write_text('window.SEARCH_INDEX = ' + json.dumps(index, ensure_ascii=False, separators=(',', ':')) + ';\n')
 
 def render_quarto():
     "The real site, with Quarto (`nbdev-docs`)"
@@ -450,7 +480,8 @@ def check_outputs(nb):
         if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
         if not c.get('outputs') and should_show(code):
             bad.append(f"cell {i} shows nothing but ends with `{code.strip().splitlines()[-1][:60]}`")
-    if n_out == 0 and nb.startswith(OUTPUTS_REQUIRED): return [f"no outputs at all: run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
+    has_code = any(c['cell_type'] == 'code' and directives(_text(c['source']))[1].strip() for c in cells)
+    if n_out == 0 and has_code and nb.startswith(OUTPUTS_REQUIRED): return [f"no outputs at all: run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
     return bad + [f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"] if bad else check_saved_outputs(nb)
 
 def check_saved_outputs(nb):
@@ -524,7 +555,7 @@ next();
     if missing: probs['(chromium)'] = [f"pages not measured: {missing[:5]}"]
     return (probs, out['search']) if search is not None else probs
 
-def check_in_chromium(pages, search=None, expect='callbacks/metrics.html'):
+def check_in_chromium(pages, search='MetricsCB', expect='callbacks/metrics.html'):
     "The check's browser part: every page's code blocks at 1280 px, and the search box finding `search` on `expect`"
     if not chromium():
         if os.environ.get('CI'): return ["no chromium on PATH, so the code blocks were not measured: `apt-get install chromium`"]

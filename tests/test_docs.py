@@ -204,3 +204,26 @@ def test_a_cut_code_block_is_reported_and_a_wrapped_one_is_not(tmp_path):
     assert set(res) == {'cut.html', 'narrow.html'}, res
     assert res['cut.html'][0].startswith('code block 0 (cb1) is cut at 1280 px: its widest line has 292 characters, its box shows 12'), res
     assert 'wraps a line of 120 characters' in res['narrow.html'][0], res
+
+@needs_chromium
+def test_typing_a_callbacks_name_in_the_search_box_finds_its_page(tmp_path, monkeypatch):
+    "`make site` writes search_index.js from every page; the box (scripts/site/search.js) finds a callback's page, at its entry"
+    import shutil
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    body = lambda main: (f'<!DOCTYPE html><html><body data-root="{{root}}"><header><input id="search-box"><span id="search-results" hidden></span></header>'
+                         f'<main>{main}</main><script src="{{root}}search.js"></script></body></html>')
+    (tmp_path/'callbacks').mkdir()
+    (tmp_path/'index.html').write_text(body('<h1 id="aisaac">aisaac</h1><p>A trainer.</p>').replace('{root}', ''))
+    (tmp_path/'callbacks'/'metrics.html').write_text(body('<h3 id="metricscb">MetricsCB</h3><p>the losses and metrics</p>').replace('{root}', '../'))
+    (tmp_path/'callbacks'/'progress.html').write_text(body('<h3 id="progresscb">ProgressCB</h3><p>a bar</p>').replace('{root}', '../'))
+    shutil.copy(docs_site.SITE/'search.js', tmp_path/'search.js')
+    pages = {'index.ipynb': {'title': 'aisaac'}, 'callbacks/41_metrics.ipynb': {'title': 'Metrics', 'output-file': 'metrics.html'},
+             'callbacks/42_progress.ipynb': {'title': 'Progress', 'output-file': 'progress.html'}}
+    docs_site.write_search_index(pages, list(pages))
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='MetricsCB')
+    assert found == ['callbacks/metrics.html#metricscb'], found
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='NoSuchCallbackCB')
+    assert found == [], found
+    (tmp_path/'search_index.js').unlink()  # without the index (a site built before the search), nothing is found
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='MetricsCB')
+    assert found == [], found
