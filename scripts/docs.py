@@ -29,6 +29,7 @@ The check fails on
   nothing, and any notebook saved without outputs although one of its cells prints, plots or shows
   something (run `make docs NBS=nbs/<notebook>` to execute it and save its outputs);
 - an output the site cannot show (a Jupyter widget), or an error output;
+- a saved output with a temporary folder's path (`/tmp/tmpXXXX/...`) or a warning printed with its file and source line;
 - a notebook that no group of SIDEBAR takes.
 """
 import argparse, ast, base64, functools, html, json, os, re, shutil, subprocess, sys, time
@@ -105,9 +106,14 @@ def process(force=False):
     from nbdev.serve import proc_nbs
     lib = max(p.stat().st_mtime for p in (ROOT/'aisaac').rglob('*.py'))
     if PROC.exists() and PROC.stat().st_mtime < lib: force = True  # show_doc output comes from the modules
+    stamp = PROC/'.aisaac_fixes'
+    if PROC.exists() and (not stamp.exists() or stamp.read_text() != FIXES): force = True  # `fix_processed` changed: process again
     os.chdir(ROOT)
     refresh_quarto_yml()
     proc_nbs(force=force)
+    stamp.write_text(FIXES)
+
+FIXES = '2'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
 
 def cells_of(path):
     return json.loads(Path(path).read_text())['cells']
@@ -131,14 +137,20 @@ def unnest_links(md):
 _sig = re.compile(r'\[source\]\(\S+?/blob/[^/]+/(?P<path>\S+?)\.py#L\w+\)[^\n]*\n\n#{2,4} (?P<name>\S+)\n\n```python\n'
                   r'(?P<def>def )(?P<short>\w+)\((?P<params>.*?)\)(?P<end>:\n```)', re.S)
 
+def readable_params(params):
+    "A signature's annotations as the user writes them: `callbacks=None`, not `callbacks:NoneType=None`; `nn.Module`, not `torch.nn.modules.module.Module`"
+    params = re.sub(r':\s*NoneType\s*=', '=', params)
+    return params.replace('torch.nn.modules.module.Module', 'nn.Module').replace('torch.optim.optimizer.Optimizer', 'torch.optim.Optimizer')
+
 def class_signature(md):
-    "A class's `show_doc` as `class Callback()`: fastcore writes every signature with `def`, and `*args, **kwargs` for a class without an `__init__` of its own"
+    "A class's `show_doc` as `class Callback()` (fastcore writes every signature with `def`, and `*args, **kwargs` for a class without an `__init__` of its own), a property as `@property`, and annotations as the user writes them"
     import importlib, inspect
     def fix(m):
         try: obj = functools.reduce(getattr, m['name'].split('.'), importlib.import_module(m['path'].replace('/', '.')))
         except (ImportError, AttributeError): return m.group(0)
-        if not inspect.isclass(obj): return m.group(0)
-        params = m['params']
+        if isinstance(obj, property): return m.group(0)[:m.start('def') - m.start()] + f"@property\n{m['name']}" + m['end'][1:]
+        if not inspect.isclass(obj): return m.group(0)[:m.start('params') - m.start()] + readable_params(m['params']) + m.group(0)[m.end('params') - m.start():]
+        params = readable_params(m['params'])
         if params.split() == ['*args,', '**kwargs']:  # `object.__init__`'s: the class's real signature, where Python knows it
             try: params = str(inspect.signature(obj))[1:-1]
             except ValueError: params = '*args' if issubclass(obj, BaseException) else params  # an exception takes no keywords
@@ -282,6 +294,9 @@ def merge_streams(outputs):
         else: res.append(o)
     return res
 
+# The imports a page needs to document and test itself, which nbdev's template keeps in a hidden cell: not shown
+_doc_imports = re.compile(r'^(?:from (?:nbdev\.showdoc|fastcore\.test|nbdev) import [^\n]*|import fastcore\.test[^\n]*)$\n?', re.M)
+
 def notebook_md(nb, pages, site_url):
     "Markdown for the processed notebook `nb` (relative to _proc/), and the problems found in its outputs"
     cells, problems, parts = cells_of(PROC/nb), [], []
@@ -294,6 +309,7 @@ def notebook_md(nb, pages, site_url):
         if c['cell_type'] != 'code': continue
         opts, code = directives(src)
         if opts.get('include') == 'false': continue
+        if not re.match(r'#\|\s*exports?\b', src): code = _doc_imports.sub('', code).strip('\n')  # as nbdev's template hides them
         if opts.get('echo') != 'false' and code.strip():
             block = f"```python\n{code}\n```"
             if 'code-fold' in opts:  # an `#| exports` cell: Quarto shows its code in a details element, open for 'show'
@@ -567,6 +583,26 @@ def check_in_chromium(pages, search='MetricsCB', expect='callbacks/metrics.html'
         bad.append(f"index.html: typing {search!r} in the search box does not find {expect} (results: {(found or [])[:5]})")
     return bad
 
+# What a saved output should not show (as tests/test_notebooks.py refuses the machine's own paths): a temporary folder's
+# random name, and a warning printed with the file, line and source line that raised it. scripts/run_nbs.py saves
+# them as `<tmp>` and `UserWarning: message`.
+_temp_path = re.compile(r"(?<![\w.])(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.+-]+/[\w.+-]+/T)/(?:tmp|pytest-of-)[\w.-]*[^\s'\"):,]*")
+_warning_source = re.compile(r"^(\S[^\n]*?:\d+: \w*Warning: [^\n]{0,60})", re.M)
+
+def check_clean_outputs(nb):
+    "Temporary paths and warnings' source lines in the saved outputs of notebook `nb` (relative to nbs/): problems"
+    bad = []
+    for i, c in enumerate(cells_of(NBS/nb)):
+        for o in c.get('outputs', []):
+            text = _text(o.get('text', '')) + ''.join(_text(v) for k, v in o.get('data', {}).items() if k.startswith('text/'))
+            if m := _temp_path.search(text):
+                bad.append(f"cell {i}: a temporary path in its output ({m.group(0)!r}): print it relative to its folder, or save the page "
+                           f"again with `scripts/run_nbs.py --skip-slow nbs/{nb}` (which shows temporary folders as <tmp>)")
+            if m := _warning_source.search(text):
+                bad.append(f"cell {i}: a warning with its file and line ({m.group(1)!r}...): filter it, or save the page again with "
+                           f"`scripts/run_nbs.py --skip-slow nbs/{nb}` (which shows a warning as `UserWarning: message`)")
+    return bad
+
 def doc_coverage():
     "scripts/doc_coverage.py, as a module"
     import importlib.util
@@ -617,7 +653,7 @@ def build(strict=True):
     if renderer == 'pandoc': problems += check_in_chromium(pages)  # Quarto's pages: its own CSS (nbs/styles.css), not measured here
     problems += [f"{nb}: {name} is documented here and in {', '.join(others)}" if others else f"{nb}: {name} is documented twice"
                  for nb, name, others in doc_coverage().duplicate_entries()]
-    for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb)]
+    for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb) + check_clean_outputs(nb)]
     print(f">>> docs: {len(pages)} pages processed by nbdev in {t1 - t0:.1f} s, rendered by {renderer} "
           f"and checked in {time.time() - t1:.1f} s: {DOCS.relative_to(ROOT)}/index.html")
     return problems

@@ -138,7 +138,7 @@ def test_a_class_is_shown_as_a_class_with_its_real_signature():
     md = docs_site.class_signature(BasicMarkdownRenderer(Trainer)._repr_markdown_())
     assert "```python\nclass Trainer(\n    dls, # an object with `train` and `valid` loaders" in md, md
     fit = BasicMarkdownRenderer(Trainer.fit)._repr_markdown_()
-    assert docs_site.class_signature(fit) == fit  # a method stays as it is
+    assert docs_site.class_signature(fit) == fit.replace('callbacks:NoneType=None', 'callbacks=None')  # a method stays a `def`, its annotations readable
 
 def test_a_kernel_cell_whose_code_is_not_on_its_page_is_reported(tmp_path, monkeypatch):
     "The docs check reads each page of the kernel for the code of every exported cell of its notebook"
@@ -227,3 +227,46 @@ def test_typing_a_callbacks_name_in_the_search_box_finds_its_page(tmp_path, monk
     (tmp_path/'search_index.js').unlink()  # without the index (a site built before the search), nothing is found
     _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='MetricsCB')
     assert found == [], found
+
+def test_a_temporary_path_or_a_warnings_source_line_in_an_output_is_reported(tmp_path, monkeypatch):
+    "The docs check refuses `/tmp/tmpXXXX/...` and `file:line: UserWarning` + source line in saved outputs; run_nbs saves them as `<tmp>` and `UserWarning: ...`"
+    import importlib.util, nbformat
+    spec = importlib.util.spec_from_file_location('run_nbs', ROOT/'scripts'/'run_nbs.py')
+    run_nbs = importlib.util.module_from_spec(spec); spec.loader.exec_module(run_nbs)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('sh', outputs=[nbformat.v4.new_output('execute_result', data={'text/plain': "TokenShards('/tmp/tmp_n89__8d/corpus': 4 shards)"})]),
+        nbformat.v4.new_code_cell('x', outputs=[nbformat.v4.new_output('stream', name='stderr', text=
+            "aisaac/sft.py:174: UserWarning: 70 of 24000 examples have more than 129 tokens\n  if why: warnings.warn('; '.join(why))\n")]),
+        nbformat.v4.new_code_cell('y', outputs=[nbformat.v4.new_output('stream', name='stdout', text='saved to ckpt/checkpoint_0001.pt\n')])])
+    monkeypatch.setattr(docs_site, 'NBS', tmp_path)
+    nbformat.write(nb, tmp_path/'x.ipynb')
+    bad = docs_site.check_clean_outputs('x.ipynb')
+    assert len(bad) == 2 and bad[0].startswith("cell 0: a temporary path in its output ('/tmp/tmp_n89__8d/corpus')"), bad
+    assert bad[1].startswith("cell 1: a warning with its file and line ('aisaac/sft.py:174: UserWarning: 70 of 24000"), bad
+    nbformat.write(run_nbs.sanitise(nb), tmp_path/'x.ipynb')  # as scripts/run_nbs.py saves a page
+    assert docs_site.check_clean_outputs('x.ipynb') == []
+    outs = [o for c in nbformat.read(tmp_path/'x.ipynb', as_version=4).cells for o in c.outputs]
+    assert outs[0]['data']['text/plain'] == "TokenShards('<tmp>/corpus': 4 shards)"
+    assert outs[1]['text'] == 'UserWarning: 70 of 24000 examples have more than 129 tokens\n'
+    assert outs[2]['text'] == 'saved to ckpt/checkpoint_0001.pt\n'
+
+def test_signatures_read_as_the_user_writes_them():
+    "show_doc's signatures on the site: a property as a property, `=None` without `NoneType`, `nn.Module` without its module path"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.trainer import Trainer
+    raw = BasicMarkdownRenderer(Trainer.training)._repr_markdown_()
+    assert 'def training():' in raw  # what fastcore writes
+    assert "```python\n@property\nTrainer.training\n```" in docs_site.class_signature(raw), docs_site.class_signature(raw)
+    fit = docs_site.class_signature(BasicMarkdownRenderer(Trainer.fit)._repr_markdown_())
+    assert 'NoneType' not in fit and '    callbacks=None, # callbacks for this fit only' in fit and 'def fit(' in fit, fit
+    assert docs_site.readable_params('model:torch.nn.modules.module.Module, cbs:NoneType=None') == 'model:nn.Module, cbs=None'
+
+def test_the_pages_hide_the_imports_that_document_and_test_them(tmp_path, monkeypatch):
+    "As nbdev's template hides `from nbdev.showdoc import *`: those lines are not shown, the cell's other code is"
+    cell = lambda src: {'cell_type': 'code', 'source': src, 'outputs': [], 'metadata': {}, 'execution_count': None}
+    nb = {'cells': [cell('from nbdev.showdoc import show_doc\nfrom fastcore.test import *'), cell('import torch\nfrom fastcore.test import test_eq\nx = 1')],
+          'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    (tmp_path/'x.ipynb').write_text(json.dumps(nb))
+    monkeypatch.setattr(docs_site, 'PROC', tmp_path)
+    md, _ = docs_site.notebook_md('x.ipynb', {'x.ipynb': {}}, '')
+    assert 'showdoc' not in md and 'fastcore' not in md and '```python\nimport torch\nx = 1\n```' in md, md
