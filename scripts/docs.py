@@ -113,7 +113,7 @@ def process(force=False):
     proc_nbs(force=force)
     stamp.write_text(FIXES)
 
-FIXES = '2'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
+FIXES = '3'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
 
 def cells_of(path):
     return json.loads(Path(path).read_text())['cells']
@@ -154,6 +154,7 @@ def class_signature(md):
         if params.split() == ['*args,', '**kwargs']:  # `object.__init__`'s: the class's real signature, where Python knows it
             try: params = str(inspect.signature(obj))[1:-1]
             except ValueError: params = '*args' if issubclass(obj, BaseException) else params  # an exception takes no keywords
+            if params == '*args, **kwargs' and obj.__init__ is object.__init__: params = ''  # a mixin's `__new__` passes on what its subclass's `__init__` takes
         return m.group(0)[:m.start('def') - m.start()] + f"class {m['short']}({params})" + m['end'][1:]
     return _sig.sub(fix, md)
 
@@ -297,6 +298,50 @@ def merge_streams(outputs):
 # The imports a page needs to document and test itself, which nbdev's template keeps in a hidden cell: not shown
 _doc_imports = re.compile(r'^(?:from (?:nbdev\.showdoc|fastcore\.test|nbdev) import [^\n]*|import fastcore\.test[^\n]*)$\n?', re.M)
 
+_md_heading = re.compile(r'^(#{1,4}) +(.+?) *$', re.M)
+def _bare(h): return re.sub(r'[`*]', '', h).strip()
+
+def unlist_repeated(md, parts):
+    "A `show_doc` entry whose name is the section it sits in (`## RanksCB`, then `### RanksCB`) stays out of the contents: one line there, not two"
+    last = next((m for p in reversed(parts) for m in reversed(list(_md_heading.finditer(p)))), None)
+    if not last or '{' in md.split('\n', 1)[0]: return md
+    def fix(m):
+        return m.group(0) + ' {.unlisted}' if _bare(m.group(2)) == _bare(last.group(2)) and len(m.group(1)) > len(last.group(1)) else m.group(0)
+    return _md_heading.sub(fix, md, count=1) if md.lstrip().startswith(('---', '#')) else md
+
+_bare_entry = re.compile(r'^---\n\n\[source\]\([^)]*\)\{[^}]*\}\n\n#{2,4} (?P<name>\w+)\n\n```python\nclass (?P=name)\(\*args\)\n```\n\n\*(?P<doc>[^*\n]+)\*\s*$')
+
+def exceptions_table(parts):
+    "Three or more `show_doc` entries in a row of exceptions with nothing but a line of docstring (`CancelFitException`, ...): one table, each name keeping its anchor"
+    out, run = [], []
+    def flush():
+        if len(run) >= 3:
+            rows = '\n'.join(f"| []{{#{m['name'].lower()}}}`{m['name']}` | {m['doc']} |" for m in run)
+            out.append(f"| exception | what raising it does |\n|---|---|\n{rows}")
+        else: out.extend(m.group(0) for m in run)
+        run.clear()
+    for part in parts:
+        if m := _bare_entry.match(part): run.append(m); continue
+        flush(); out.append(part)
+    flush()
+    return out
+
+def one_diagram(parts):
+    "A `show_doc` entry's docstring drawing (`event`'s loop) that the exported source right after it shows again: drawn once, in the source"
+    for i, part in enumerate(parts[:-1]):
+        if not part.startswith('---\n\n[source]'): continue
+        nxt, lines, out, j = parts[i + 1], part.split('\n'), [], 0
+        while j < len(lines):
+            if lines[j].startswith('```'):
+                k = next((k for k in range(j + 1, len(lines)) if lines[k].startswith('```')), len(lines) - 1)
+                body = [l.strip() for l in lines[j + 1:k] if l.strip()]
+                if lines[j] == '```' and len(body) > 3 and all(l in nxt for l in body): out += ['*(drawn in the exported source below)*', '']
+                else: out += lines[j:k + 1]
+                j = k + 1
+            else: out.append(lines[j]); j += 1
+        parts[i] = '\n'.join(out)
+    return parts
+
 def notebook_md(nb, pages, site_url):
     "Markdown for the processed notebook `nb` (relative to _proc/), and the problems found in its outputs"
     cells, problems, parts = cells_of(PROC/nb), [], []
@@ -320,7 +365,8 @@ def notebook_md(nb, pages, site_url):
         for o in merge_streams(c.get('outputs', [])):
             md, problem = output_md(o, asis=opts.get('output') == 'asis')
             if problem: problems.append(f"cell {i}: {problem}")
-            if md: parts.append(md)
+            if md: parts.append(unlist_repeated(md, parts))
+    parts = one_diagram(exceptions_table(parts))
     return rewrite_links('\n\n'.join(parts) + '\n', nb, pages, site_url), problems
 
 def nav_html(groups, page, pages):

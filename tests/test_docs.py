@@ -137,6 +137,9 @@ def test_a_class_is_shown_as_a_class_with_its_real_signature():
     assert "```python\nclass Callback()\n```" in md, md
     md = docs_site.class_signature(BasicMarkdownRenderer(Trainer)._repr_markdown_())
     assert "```python\nclass Trainer(\n    dls, # an object with `train` and `valid` loaders" in md, md
+    from aisaac.core.dispatch import CallbackMixin
+    md = docs_site.class_signature(BasicMarkdownRenderer(CallbackMixin)._repr_markdown_())
+    assert "```python\nclass CallbackMixin()\n```" in md, md  # its `__new__(cls, *args, **kwargs)` passes on a subclass's arguments
     fit = BasicMarkdownRenderer(Trainer.fit)._repr_markdown_()
     assert docs_site.class_signature(fit) == fit.replace('callbacks:NoneType=None', 'callbacks=None')  # a method stays a `def`, its annotations readable
 
@@ -270,3 +273,25 @@ def test_the_pages_hide_the_imports_that_document_and_test_them(tmp_path, monkey
     monkeypatch.setattr(docs_site, 'PROC', tmp_path)
     md, _ = docs_site.notebook_md('x.ipynb', {'x.ipynb': {}}, '')
     assert 'showdoc' not in md and 'fastcore' not in md and '```python\nimport torch\nx = 1\n```' in md, md
+
+def test_an_entry_named_as_its_section_is_listed_once_in_the_contents():
+    "`## RanksCB` then the entry `### RanksCB`: the contents list the name once (pandoc's `.unlisted`); another entry stays listed"
+    entry = '---\n\n[source](x.py#L1)\n\n### RanksCB\n\n```python\nclass RanksCB()\n```'
+    assert '### RanksCB {.unlisted}\n' in docs_site.unlist_repeated(entry, ['## `RanksCB`\n\nText.'])
+    assert docs_site.unlist_repeated(entry, ['## Stopping together']) == entry
+    assert docs_site.unlist_repeated(entry.replace('RanksCB', 'RanksCB.before_fit'), ['## `RanksCB`']) == entry.replace('RanksCB', 'RanksCB.before_fit')
+
+def test_bare_exception_entries_become_one_table_and_a_diagram_is_drawn_once():
+    "Six `Cancel*Exception` entries with a line of docstring each: one table, the anchors kept; `event`'s drawing shown by its source only"
+    entry = lambda n, doc: f'---\n\n[source](x.py#L1){{target="_blank"}}\n\n### {n}\n\n```python\nclass {n}(*args)\n```\n\n*{doc}*'
+    parts = ['## Cancelling', entry('CancelA', 'End a'), entry('CancelB', 'End b'), entry('CancelC', 'End c'), '## Next']
+    out = docs_site.exceptions_table(parts)
+    assert out == ['## Cancelling', '| exception | what raising it does |\n|---|---|\n| []{#cancela}`CancelA` | End a |\n'
+                   '| []{#cancelb}`CancelB` | End b |\n| []{#cancelc}`CancelC` | End c |', '## Next'], out
+    assert docs_site.exceptions_table(parts[:3] + parts[4:]) == parts[:3] + parts[4:]  # two stay entries
+    drawing = 'fit    before_fit\n  epoch    before_epoch\n    batch    before_batch\n    after_batch'
+    doc = f'---\n\n[source](x.py#L1)\n\n### event\n\n```python\nclass event()\n```\n\n*The events:*\n\n```\n{drawing}\n```\nA note.'
+    src = '<details open>\n\n```python\nclass event:\n    """The events:\n' + ''.join(f'    {l}\n' for l in drawing.split('\n')) + '"""\n```'
+    shown = docs_site.one_diagram([doc, src])[0]
+    assert 'before_epoch' not in shown and 'class event()' in shown and 'A note.' in shown, shown
+    assert docs_site.one_diagram([doc, '## Other'])[0] == doc  # not in the source next to it: kept

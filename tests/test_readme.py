@@ -26,7 +26,7 @@ def notebooks():
 def table(text=None):
     "The rows of the notebook table: {notebook or pattern: module or ''}"
     text = TABLE_PAGE if text is None else text
-    return {m[1]: m[2] for m in re.finditer(r'^\| `([\w/*]+)` \| (?:`([\w.]+)`)? *\|', text, re.M)}
+    return {m[1]: m[2] for m in re.finditer(r'^\| \[?`([\w/*]+)`(?:\]\([^()\s]+\))? \| (?:`([\w.]+)`)? *\|', text, re.M)}  # the name, or the name linked to its page
 
 def exported_module(nb):
     "The module a notebook exports (`#| default_exp`), as `aisaac.x`; None for a page without one"
@@ -73,9 +73,10 @@ def test_a_missing_notebook_or_a_stale_row_fails(monkeypatch):
     rows = table()
     assert not any(fnmatch.fnmatch('35_new_layer', r) for r in rows)
     assert table('| `35_new_layer` | `aisaac.new` | x |\n') == {'35_new_layer': 'aisaac.new'}
+    assert table('| [`35_new_layer`](https://x.io/new.html) | `aisaac.new` | x |\n') == {'35_new_layer': 'aisaac.new'}
     import sys
     me = sys.modules[__name__]
-    monkeypatch.setattr(me, 'TABLE_PAGE', TABLE_PAGE.replace('| `guides/contributing` |', '| `guides/contributin` |'))
+    monkeypatch.setattr(me, 'TABLE_PAGE', TABLE_PAGE.replace('[`guides/contributing`]', '[`guides/contributin`]'))
     with pytest.raises(AssertionError, match=r"leaves out \['guides/contributing'\]"): test_the_table_lists_every_notebook_and_nothing_else()
     monkeypatch.setattr(me, 'TABLE_PAGE', '')
     with pytest.raises(AssertionError, match='found neither in README.md nor in CONTRIBUTING.md'): test_the_table_lists_every_notebook_and_nothing_else()
