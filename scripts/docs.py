@@ -326,6 +326,25 @@ def exceptions_table(parts):
     flush()
     return out
 
+_handler_entry = re.compile(r'^---\n\n\[source\]\([^)]*\)\{[^}]*\}\n\n#{2,4} (?P<cls>\w+)\.(?P<name>(?:before|after|cleanup|on)_\w+)\n\n'
+                            r'```python\ndef (?P=name)\(\s*(?:self,\s*)?trainer\s*\):?\n```\n\n\*(?P<doc>[^*\n]+)\*\s*$')
+
+def handlers_table(parts):
+    "A callback's event handlers that take only the trainer and say one line (`CheckpointCB.before_fit`): a table under their callback, not entries of their own; each keeps its anchor"
+    out, run = [], []
+    def flush():
+        if run:
+            rows = '\n'.join(f"| []{{#{m['cls'].lower()}.{m['name']}}}`{m['name']}` | {m['doc']} |" for m in run)
+            out.append(f"| `{run[0]['cls']}` at | what it does |\n|---|---|\n{rows}")
+        run.clear()
+    for part in parts:
+        m = _handler_entry.match(part)
+        if m and run and m['cls'] != run[0]['cls']: flush()
+        if m: run.append(m); continue
+        flush(); out.append(part)
+    flush()
+    return out
+
 def one_diagram(parts):
     "A `show_doc` entry's docstring drawing (`event`'s loop) that the exported source right after it shows again: drawn once, in the source"
     for i, part in enumerate(parts[:-1]):
@@ -366,7 +385,7 @@ def notebook_md(nb, pages, site_url):
             md, problem = output_md(o, asis=opts.get('output') == 'asis')
             if problem: problems.append(f"cell {i}: {problem}")
             if md: parts.append(unlist_repeated(md, parts))
-    parts = one_diagram(exceptions_table(parts))
+    parts = one_diagram(handlers_table(exceptions_table(parts)))
     return rewrite_links('\n\n'.join(parts) + '\n', nb, pages, site_url), problems
 
 def nav_html(groups, page, pages):
@@ -595,7 +614,7 @@ function next() {{
 f.onload = () => {{ try {{ res[names[i]] = measureCode(f.contentDocument); }} catch (e) {{ res[names[i]] = [{{kind: 'error', line: String(e)}}]; }} i++; next(); }};
 next();
 </script></body></html>""")
-        r = subprocess.run([exe, '--headless', '--no-sandbox', '--disable-gpu', '--allow-file-access-from-files',
+        r = subprocess.run([exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--allow-file-access-from-files',
                             '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
                             f'--user-data-dir={tmp}/profile', f'--window-size={width + 40},{height + 200}',
                             f'--virtual-time-budget={max(60000, 2000 * len(pages))}', '--dump-dom', harness.as_uri()],

@@ -295,3 +295,15 @@ def test_bare_exception_entries_become_one_table_and_a_diagram_is_drawn_once():
     shown = docs_site.one_diagram([doc, src])[0]
     assert 'before_epoch' not in shown and 'class event()' in shown and 'A note.' in shown, shown
     assert docs_site.one_diagram([doc, '## Other'])[0] == doc  # not in the source next to it: kept
+
+def test_event_handlers_are_listed_under_their_callback_not_as_entries():
+    "`CheckpointCB.before_fit` and the like (the trainer only, one line): a table under the callback, anchors kept; a handler with more to say stays an entry"
+    h = lambda cls, name, doc, params='\n    trainer\n': (f'---\n\n[source](x.py#L1){{target="_blank"}}\n\n### {cls}.{name}\n\n'
+                                                         f'```python\ndef {name}({params}):\n```\n\n*{doc}*')
+    parts = ['### CheckpointCB', h('CheckpointCB', 'before_fit', 'Count `every`'), h('CheckpointCB', 'after_batch', 'Save'),
+             h('RanksCB', 'after_fit', 'Agree'), h('RanksCB', 'after_loss', 'Scale', '\n    trainer, # the trainer\n    scale:float, # how much\n'), '## Next']
+    out = docs_site.handlers_table(parts)
+    assert out[1] == ('| `CheckpointCB` at | what it does |\n|---|---|\n| []{#checkpointcb.before_fit}`before_fit` | Count `every` |\n'
+                      '| []{#checkpointcb.after_batch}`after_batch` | Save |'), out[1]
+    assert out[2] == '| `RanksCB` at | what it does |\n|---|---|\n| []{#rankscb.after_fit}`after_fit` | Agree |', out[2]
+    assert out[3] == parts[4] and out[4] == '## Next' and len(out) == 5, out
