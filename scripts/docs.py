@@ -427,7 +427,11 @@ _table, _code = re.compile(r'<table.*?</table>', re.S), re.compile(r'<code>[^<]*
 def _table_breaks(page):
     "Names in tables may break after `_` and `.`, so that a wide table (the trainer's events) fits the page"
     brk = lambda m: re.sub(r'([_.])(?=\w)', r'\1<wbr>', m.group(0))
-    return _table.sub(lambda t: _code.sub(brk, t.group(0)), page)
+    # pandoc gives a table with long cells equal fixed column widths (7 columns of 14 %: "pytorch-accelerated" and names cut
+    # at each underscore); without them the browser sizes each column to its content
+    fit = lambda t: re.sub(r'<colgroup>.*?</colgroup>\n?', '', t.replace('<table style="width:100%;">', '<table>'), flags=re.S)
+    first = lambda t: re.sub(r'(<tr[^>]*>\s*<td[^>]*>)(.*?)(</td>)', lambda c: c[1] + c[2].replace('<wbr>', '') + c[3], t, flags=re.S)  # names whole
+    return _table.sub(lambda t: first(_code.sub(brk, fit(t.group(0)))), page)
 
 def render_pandoc(pages, groups, site_url, site_title):
     "All pages with pandoc into _docs/; {notebook: [problem, ...]}"
