@@ -87,10 +87,21 @@ def sidebar_groups():
         (groups[name] if name else lost).append(nb)
     return {k: sorted(v, key=_order) for k, v in groups.items() if v}, lost
 
+def sidebar_label(title):
+    "A page's name in the sidebar: its title up to a colon (`Vision: Fashion-MNIST past 92 %` is `Vision`), the page says the rest"
+    return str(title).split(': ', 1)[0]
+
+def nb_title(nb):
+    "The `# Title` of notebook `nb` (relative to nbs/)"
+    for c in cells_of(NBS/nb):
+        if c['cell_type'] == 'markdown' and (m := re.match(r'#\s+(.+)', _text(c['source']).strip())): return m.group(1).strip()
+    return nb
+
 def write_sidebar():
     "Write nbs/sidebar.yml (Quarto's sidebar) from SIDEBAR; return the notebooks no group takes"
     groups, lost = sidebar_groups()
-    contents = [HOME] + [{'section': name, 'contents': nbs} for name, nbs in groups.items()]
+    item = lambda nb: {'href': nb, 'text': label} if (label := sidebar_label(t := nb_title(nb))) != t else nb
+    contents = [HOME] + [{'section': name, 'contents': [item(nb) for nb in nbs]} for name, nbs in groups.items()]
     text = '# Written by scripts/docs.py from its SIDEBAR groups; not kept in git.\n'
     text += yaml.dump({'website': {'sidebar': {'contents': contents}}}, sort_keys=False)
     path = NBS/'sidebar.yml'
@@ -393,8 +404,9 @@ def nav_html(groups, page, pages):
     here = Path(page).parent
     def item(nb):
         target = page_of(nb, pages[nb])
-        title = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(pages[nb].get('title', nb))))
-        cls = ' class="active"' if target == page else ''
+        full = str(pages[nb].get('title', nb))
+        title = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(sidebar_label(full)))
+        cls = (' class="active"' if target == page else '') + (f' title="{html.escape(full)}"' if sidebar_label(full) != full else '')
         return f'<li><a href="{os.path.relpath(target, here.as_posix() or ".")}"{cls}>{title}</a></li>'
     out = [f'<ul class="nav-home">{item(HOME)}</ul>'] if HOME in pages else []
     for name, nbs in groups.items():

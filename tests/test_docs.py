@@ -5,7 +5,7 @@ The rules and the walk are in scripts/doc_coverage.py, which also lists the prob
 import importlib.util, inspect, json, re
 from pathlib import Path
 
-import pytest
+import pytest, yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location('doc_coverage', ROOT/'scripts'/'doc_coverage.py')
@@ -314,3 +314,13 @@ def test_tables_size_their_columns_and_keep_the_first_columns_names_whole():
          '<tr class="odd">\n<td><code>before_fit</code></td>\n<td><code>on_fit_start</code></td>\n</tr>\n</table>')
     assert docs_site._table_breaks(t) == ('<table>\n<tr class="odd">\n<td><code>before_fit</code></td>\n'
                                           '<td><code>on_<wbr>fit_<wbr>start</code></td>\n</tr>\n</table>')
+
+def test_the_sidebar_names_a_page_by_its_title_up_to_a_colon():
+    "Long titles took three lines of the sidebar (`Transfer learning: a pretrained body for a few hundred images`): the part before the colon"
+    assert docs_site.sidebar_label('Transfer learning: a pretrained body for a few hundred images') == 'Transfer learning'
+    assert docs_site.sidebar_label('Callbacks') == 'Callbacks'
+    groups, _ = docs_site.sidebar_groups()
+    assert list(groups)[:2] == ['Tutorials', 'The kernel'] and groups['Tutorials'][0] == 'tutorials/callbacks.ipynb', list(groups)
+    docs_site.write_sidebar()
+    side = yaml.safe_load((docs_site.NBS/'sidebar.yml').read_text())['website']['sidebar']['contents']
+    assert {'href': 'tutorials/vision.ipynb', 'text': 'Vision'} in side[1]['contents'], side[1]
