@@ -160,9 +160,10 @@ def test_token_weighted_accumulation_and_micro_batches_equal_one_big_batch(how):
     m_ref = tiny_gpt(); fit(m_ref, [big], [ChunkedLossCB(chunk=8)], 1)
     assert torch.allclose(torch.tensor(weights(model)), torch.tensor(weights(m_ref)), atol=1e-6)
 
-def test_two_processes_equal_one_even_with_a_micro_batch_masked_throughout(tmp_path):
+@torchrun_cases.uses('chunked')
+def test_two_processes_equal_one_even_with_a_micro_batch_masked_throughout(posttrain_cases):
     "2 processes (torchrun, gloo, DDP), 2 micro-batches each, rank 1's first masked throughout: no wait, and the step of one process on all 4"
-    res = torchrun_cases.launch(HERE/'posttrain_run.py', tmp_path, 'chunked')
+    res = posttrain_cases('chunked')
     model = tiny_gpt()
     one = fit(model, chunked_batches(), [ChunkedLossCB(chunk=8)], 4)
     for r in res:

@@ -34,9 +34,10 @@ def uses(*names):
 
 class Cases:
     """The cases of `script` (`table`: a case's name -> the script's arguments after OUT) that the selected tests of `request`'s module
-    mark with `uses`, all run in one torchrun launch when a test first reads one; each case has its own OUT folder, `out(name)`"""
+    (of the session, for a session's fixture) mark with `uses`, all run in one torchrun launch when a test first reads one; each case has its own OUT folder, `out(name)`"""
     def __init__(self, request, script:Path, table:dict):
-        used = {n for it in request.session.items if it.module is request.module for m in it.iter_markers('torchrun_cases') for n in m.args}
+        mine = (lambda it: True) if request.scope == 'session' else (lambda it: it.module is request.module)  # (a session's: every module's)
+        used = {n for it in request.session.items if mine(it) for m in it.iter_markers('torchrun_cases') for n in m.args}
         self.script, self.table, self.names, self.ran = script, table, [n for n in table if n in used], False
         self.root = request.getfixturevalue('tmp_path_factory').mktemp(script.stem)
     def out(self, name): return self.root/name
