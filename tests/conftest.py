@@ -29,13 +29,6 @@ def _starts_processes(fn, module, seen, pattern=_STARTS):
         if inspect.isfunction(f) and f.__module__ == module.__name__ and _starts_processes(f, module, seen, pattern): return True
     return False
 
-@__import__('pytest').fixture(scope='session')
-def posttrain_cases(request):
-    "Each process's result of a case of tests/posttrain_run.py (test_chunked, test_distill, test_preference): one torchrun launch for those the selected tests use"
-    import torchrun_cases
-    from pathlib import Path
-    return torchrun_cases.Cases(request, Path(__file__).parent/'posttrain_run.py', {c: [c] for c in ('chunked', 'distill', 'dpo')})
-
 def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: starts other processes (torchrun, a fresh Python, a Jupyter kernel); `make test-fast` leaves it out')
     config.addinivalue_line('markers', 'serial: runs 2 processes at once (torchrun), or depends on having the cores to itself; '

@@ -13,10 +13,12 @@ import torchrun_cases
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 
+TORCHRUN_CASES = HERE/'dist_metrics_run.py', {c: [c] for c in ('ddp', 'fsdp', 'accel', 'resume')}
+
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/dist_metrics_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'dist_metrics_run.py', {c: [c] for c in ('ddp', 'fsdp', 'accel', 'resume')})
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 def reference():
     "The same fit on this one process, 16 samples a batch: its per-epoch history"

@@ -266,10 +266,12 @@ def test_under_accelerate_on_several_processes_a_set_it_did_not_prepare_is_refus
         trainer(EvalSetsCB(a=batches(1, 2)), Gathers()).fit(1)
 
 # ---------------------------------------------------------------- 2 processes
+TORCHRUN_CASES = HERE/'evals_run.py', {c: [c] for c in ('ddp', 'accel')}
+
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/evals_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'evals_run.py', {c: [c] for c in ('ddp', 'accel')})
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 
 @torchrun_cases.uses('ddp')

@@ -234,10 +234,12 @@ def test_lora_cannot_be_frozen_or_unfrozen_and_trains_its_adapters_with_groups()
     assert [g['lr'] for g in t.opt.param_groups] == [1e-2, 1e-2]
     assert all(torch.equal(p, base[n]) for n, p in t.model.named_parameters() if 'lora_' not in n)
 
+TORCHRUN_CASES = HERE/'params_run.py', {c: [c] for c in ('fine_tune', 'ddp')}
+
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/params_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'params_run.py', {c: [c] for c in ('fine_tune', 'ddp')})
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 @torchrun_cases.uses('fine_tune')
 def test_fine_tune_under_fsdp_takes_the_steps_of_one_process(cases):

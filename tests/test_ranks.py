@@ -7,12 +7,12 @@ import torchrun_cases
 
 HERE = Path(__file__).parent
 
-CASES = {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end')}
+TORCHRUN_CASES = HERE/'ranks_run.py', {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end')}
 
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/ranks_run.py: all those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'ranks_run.py', CASES)
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 # "At once": a process that waits for the other at a collective waits until the gloo timeout (60 s in ranks_run.py), and a failed
 # process stays alive for ranks_run.WAIT (45) s waiting for the other's end; the ends are checked by that order (`other_ended_first`),

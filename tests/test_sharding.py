@@ -14,15 +14,15 @@ from aisaac.trainer import Trainer
 LIMIT = 600  # seconds for one plain process of the memory test (a guard against a hang)
 
 # The 2-process runs of tests/sharding_run.py the tests read: a name -> the script's arguments. All those the selected tests use run in
-# one torchrun launch (`torchrun_cases.Cases`), each in its own folder
-CASES = {'fit': ['fit'], 'clip': ['fit', 'clip', 'norm'], 'ac': ['fit', 'ac'], 'transaction': ['fit', 'transaction'], 'bf16': ['fit', 'bf16'],
+# one torchrun launch (`torchrun_cases.Cases`, with the other modules' cases), each in its own folder
+TORCHRUN_CASES = HERE/'sharding_run.py', {'fit': ['fit'], 'clip': ['fit', 'clip', 'norm'], 'ac': ['fit', 'ac'], 'transaction': ['fit', 'transaction'], 'bf16': ['fit', 'bf16'],
          'offload': ['fit', 'offload'], 'refuse_ddp': ['refuse', 'ddp'], 'refuse_fsdp': ['refuse', 'fsdp'], 'accum': ['fit', 'accum'],
          'refuse_resume': ['refuse', 'fsdp', 'resume'], 'lrfind': ['lrfind']}
 
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of `CASES`, by name (run on 2 processes, under `torchrun_cases.LIMIT`)"
-    return torchrun_cases.Cases(request, HERE/'sharding_run.py', CASES)
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 def reference(*opts):
     "The same fit on this one process, with the global batch: its losses, clipping norms and weights"

@@ -125,10 +125,12 @@ def test_the_memory_stays_flat_as_the_corpus_grows(tmp_path):
     small, large = grown(4 << 20), grown(64 << 20)
     assert large < small + 8, (small, large)  # in memory, as int64, the large corpus alone would be 512 MiB more
 
+TORCHRUN_CASES = HERE/'stateful_run.py', {c: [c] for c in ('stream', 'shards')}
+
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/stateful_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'stateful_run.py', {c: [c] for c in ('stream', 'shards')})
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 @pytest.mark.parametrize('case', ['stream', 'shards'])
 @torchrun_cases.uses('stream', 'shards')

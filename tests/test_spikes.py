@@ -151,10 +151,12 @@ def test_a_resume_from_before_the_spike_skips_the_recorded_batches(tmp_path):
     again.fit(1, lr=0.05, resume_from=tmp_path/'checkpoint_0000_000008.pt')
     for k, v in straight.model.state_dict().items(): assert torch.equal(v, again.model.state_dict()[k]), k
 
+TORCHRUN_CASES = HERE/'spikes_run.py', {c: [c] for c in ('skip', 'rollback', 'resume')}
+
 @pytest.fixture(scope='module')
 def cases(request):
     "Each process's result of a case of tests/spikes_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
-    return torchrun_cases.Cases(request, HERE/'spikes_run.py', {c: [c] for c in ('skip', 'rollback', 'resume')})
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
 
 @torchrun_cases.uses('skip')
 def test_two_processes_skip_the_same_step_when_one_sees_a_spike(cases):

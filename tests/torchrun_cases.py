@@ -1,5 +1,5 @@
 """Run a test script's case on 2 CPU processes with torchrun, under a time limit: what tests/test_ranks.py, tests/test_sharding.py and
-the other 2-process tests share. `Cases` runs all the cases a module's selected tests read in one launch (tests/torchrun_batch.py):
+the other 2-process tests share. `Cases` runs all the cases the selected tests read, of every module, in one launch (tests/torchrun_batch.py):
 each launch costs torchrun's start and two imports of torch and aisaac, several seconds on 2 loaded cores, more than most cases."""
 import json, os, shutil, signal, subprocess, sys
 from pathlib import Path
@@ -29,38 +29,54 @@ def launch(script:Path, out:Path, case:str, *args):
     return [json.loads((out/f'result_{r}.json').read_text()) for r in range(2)]
 
 def uses(*names):
-    "Mark a test as reading these cases of its module's `Cases` (only the cases some selected test uses are run)"
+    "Mark a test as reading these cases of its module's `TORCHRUN_CASES` (only the cases some selected test uses are run)"
     return pytest.mark.torchrun_cases(*names)
 
-class Cases:
-    """The cases of `script` (`table`: a case's name -> the script's arguments after OUT) that the selected tests of `request`'s module
-    (of the session, for a session's fixture) mark with `uses`, all run in one torchrun launch when a test first reads one; each case has its own OUT folder, `out(name)`"""
-    def __init__(self, request, script:Path, table:dict):
-        mine = (lambda it: True) if request.scope == 'session' else (lambda it: it.module is request.module)  # (a session's: every module's)
-        used = {n for it in request.session.items if mine(it) for m in it.iter_markers('torchrun_cases') for n in m.args}
-        self.script, self.table, self.names, self.ran = script, table, [n for n in table if n in used], False
-        self.root = request.getfixturevalue('tmp_path_factory').mktemp(script.stem)
-    def out(self, name): return self.root/name
-    def _launch(self):
-        for n in self.names:
-            shutil.rmtree(self.out(n), ignore_errors=True)
-            self.out(n).mkdir()
-        plan = self.root/'plan.json'
-        plan.write_text(json.dumps([[str(self.out(n)), *self.table[n]] for n in self.names]))
+_runs = {}  # (script, case) -> (its OUT folder, the launch that ran it): the cases run in this session
+
+class _Launch:
+    "One torchrun launch of tests/torchrun_batch.py for `plan`'s cases (`[script, OUT, args...]` each): its return code and log"
+    def __init__(self, plan:list, root:Path):
+        for _, out, *_ in plan: out.mkdir(parents=True, exist_ok=True)
+        (root/'plan.json').write_text(json.dumps([[str(a) for a in c] for c in plan]))
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(Path(__file__).parent/'torchrun_batch.py'),
-               str(self.script), str(plan)]
-        return _run(cmd, ', '.join(self.names), LIMIT + 60 * len(self.names))
+               str(root/'plan.json')]
+        names = ', '.join(f'{Path(c[0]).stem}:{c[2] if len(c) > 2 else ""}' for c in plan)
+        self.rc, self.log = _run(cmd, names, LIMIT + 60 * len(plan))
+        if _retry(self.rc, self.log):  # (as in `launch`), from scratch
+            for _, out, *_ in plan: shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
+            self.rc, self.log = _run(cmd, names, LIMIT + 60 * len(plan))
+
+class Cases:
+    """The cases of `script` (`table`: a case's name -> the script's arguments after OUT) that a module's tests read, each with its own
+    OUT folder (`out(name)`). The first read in a session runs, in one torchrun launch, every case that a selected test of any module
+    marks with `uses`: a module names its script and cases in `TORCHRUN_CASES = (script, table)`, and its `cases` fixture makes
+    `Cases(request, *TORCHRUN_CASES)`"""
+    def __init__(self, request, script:Path, table:dict): self.request, self.script, self.table = request, Path(script), table
+    def out(self, name): return _runs[(str(self.script), name)][0]
+    def _launch(self, name):
+        "Run this module's case `name` and every case a selected test marks with `uses` that has not run, in one launch"
+        session, plan, keys = self.request.session, [], []
+        root = self.request.getfixturevalue('tmp_path_factory').mktemp('torchrun')
+        wanted = [(self.script, self.table, name)] + [(Path(spec[0]), spec[1], n) for it in session.items
+                  if (spec := getattr(it.module, 'TORCHRUN_CASES', None)) for m in it.iter_markers('torchrun_cases') for n in m.args]
+        for script, table, n in wanted:
+            if (str(script), n) in _runs: continue
+            assert n in table, f'{n!r} is not a case of {script.name} ({sorted(table)})'
+            out = root/f'{script.stem}-{n}'
+            keys.append((str(script), n))
+            plan.append([script, out, *table[n]])
+            _runs[keys[-1]] = (out, None)
+        launch = _Launch(plan, root)
+        for key, (_, out, *_) in zip(keys, plan): _runs[key] = (out, launch)
     def __call__(self, name):
         "Each process's result of the case `name`"
-        assert name in self.names, f'{name!r}: mark the test with torchrun_cases.uses({name!r})'
-        if not self.ran:
-            self.ran = True
-            rc, log = self._launch()
-            if _retry(rc, log): rc, log = self._launch()  # (as in `launch`)
-            self.rc, self.log = rc, log
-        errors = [f.read_text() for f in sorted(self.out(name).glob('batch_error_*.txt'))]
+        if (str(self.script), name) not in _runs: self._launch(name)
+        out, launch = _runs[(str(self.script), name)]
+        if launch is None: pytest.fail(f'the launch of the case {name!r} failed (an earlier test says how)')
+        errors = [f.read_text() for f in sorted(out.glob('batch_error_*.txt'))]
         assert not errors, '\n'.join(errors)[-4000:]
-        missing = [r for r in range(2) if not (self.out(name)/f'result_{r}.json').exists()]
-        assert not missing, f'case {name!r}: no result from rank(s) {missing}\n' + self.log[-4000:]
-        assert self.rc == 0, self.log[-4000:]
-        return [json.loads((self.out(name)/f'result_{r}.json').read_text()) for r in range(2)]
+        missing = [r for r in range(2) if not (out/f'result_{r}.json').exists()]
+        assert not missing, f'case {name!r}: no result from rank(s) {missing}\n' + launch.log[-4000:]
+        assert launch.rc == 0, launch.log[-4000:]
+        return [json.loads((out/f'result_{r}.json').read_text()) for r in range(2)]
