@@ -11,7 +11,10 @@ __all__ = ['init_weights', 'lsuv_init', 'LSUVInitCB']
 import math, warnings
 import torch
 from torch import nn
+import torch.distributed as dist
 from ..core.callback import Callback
+from ..persist import unwrap_model
+from ..ranks import _world_size
 
 # %% ../../nbs/callbacks/57_init.ipynb #061acca4
 _convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -69,6 +72,12 @@ def lsuv_init(model:nn.Module, # the whole model, run on `xb`
 # %% ../../nbs/callbacks/57_init.ipynb #4ed5dbec
 _layers = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
+def _from_rank_0(model):
+    "In a distributed fit, every process takes rank 0's parameters and buffers (each initialised on its own batch; DDP would train from different models)"
+    if _world_size() < 2: return
+    with torch.no_grad():
+        for t in [*unwrap_model(model).parameters(), *unwrap_model(model).buffers()]: dist.broadcast(t.data, 0)
+
 def _uncompiled(model):
     "The module inside `torch.compile`'s wrappers of `model`: the layers as the user named them (not `_orig_mod.0`), its forward run eagerly"
     while isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
@@ -98,6 +107,7 @@ class LSUVInitCB(Callback):
         first = getattr(layers[0][0], 'weight', None)
         if isinstance(first, torch.Tensor): self._before = first, first.detach().clone()
         for module, measured in layers: self.stats[_name_in(model, module)] = lsuv_init(model, module, xb, measured, **self.kwargs)
+        _from_rank_0(model)
         self.done = True
 
     def state_dict(self):

@@ -69,6 +69,14 @@ class LRMonitorCB(Callback):
         self._steps.append(trainer.clock.step)
         _record(trainer, values, trainer.clock.step - 1, 'batch')  # numbered from 0, as the history numbers batches
 
+    def state_dict(self):
+        "The rates recorded so far and their steps (copies): a resumed fit's records are the uninterrupted fit's"
+        return {'recs': {k: list(v) for k, v in self.recs.items()}, 'steps': list(self._steps)} if self._steps else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's records"
+        if state: self.recs, self._steps = {k: list(v) for k, v in state['recs'].items()}, list(state['steps'])
+
     def void_batches(self, trainer):
         "Drop the rates of the steps undone (after the clock's step: a rollback put it back); the history's went back with the state"
         n = sum(s <= trainer.clock.step for s in self._steps)
