@@ -59,7 +59,7 @@ SIDEBAR = [  # in the order a reader learns: what to do first, then the loop, th
 ]
 # Pages that come first in their group, in this order (the rest follow by layer number, then by name).
 FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb',
-         'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb',
+         'tutorials/fine_tuning.ipynb', 'tutorials/post_training.ipynb', 'tutorials/custom_callbacks.ipynb',
          'guides/reference.ipynb', 'guides/coming_from_miniai.ipynb', '32_learner.ipynb', 'guides/coming_from_aisaac.ipynb',
          'guides/coming_from_composer.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb', 'guides/coming_from_cerebras.ipynb',
          'guides/coming_from_arctic_training.ipynb', 'guides/coming_from_nanogpt.ipynb', 'guides/callback_contracts_compared.ipynb',

@@ -185,6 +185,24 @@ def test_fine_tuning_tutorial_is_saved_with_its_full_run():
     assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
     assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
 
+def test_post_training_tutorial_is_saved_with_its_full_run():
+    "The post-training tutorial's saved outputs are its full run and say what its prose says: DPO's held-out gain accuracy above more SFT's, "
+    "the distilled students below the student trained alone, the chunked loss keeping at most a quarter of the plain one's memory"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'post_training.ipynb', as_version=4)
+    base = re.search(r"loaded the language-model tutorial's GPT: pretrained for (\d+) steps", _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
+    assert base and int(base[1]) >= 1000, 'the page starts from the full run of the language-model tutorial, not a short base'
+    acc = _text(_outputs(nb, "acc |= {'SFT + DPO'"))
+    gains = dict(re.findall(r'^ *(SFT \+ [^:]+): accuracy [\d.]+%, gain accuracy ([\d.]+)%', acc, re.M))
+    assert set(gains) == {'SFT + DPO', 'SFT + SFT on the chosen'} and float(gains['SFT + DPO']) > float(gains['SFT + SFT on the chosen']) + 5, acc
+    assert re.search(r'150 steps of 16 pairs', acc) and '(500 held-out pairs)' in _text(_outputs(nb, 'sft_chosen, sft_rejected = pair_scores')), acc
+    kd = dict((k.strip(), float(v)) for k, v in re.findall(r'^ *([^:\n]+): validation loss per answer token ([\d.]+)', _text(_outputs(nb, 'runs = {}')), re.M))
+    assert set(kd) == {'labels alone', 'distilled online', 'distilled from stored top-32'}, kd
+    assert kd['distilled online'] < kd['labels alone'] and kd['distilled from stored top-32'] < kd['labels alone'], kd
+    mem = re.search(r'by the loss: +plain +([\d.]+) MiB, chunked +([\d.]+) MiB', _text(_outputs(nb, 'def saved_mib(fn)')))
+    assert mem and float(mem[2]) <= float(mem[1]) / 4, mem
+    assert 'image/png' in _mimes(_outputs(nb, 'h = dpo.history'))
+
 def test_transfer_learning_tutorial_is_saved_with_its_full_run():
     "The transfer-learning tutorial's saved outputs are its full run: a pretraining done in it, 500 images to learn from, the four runs of 6 epochs in the table, the figures"
     import nbformat
