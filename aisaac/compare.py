@@ -68,7 +68,8 @@ def _num(a):
     if isinstance(a, np.ndarray): return torch.from_numpy(a).double()
     return torch.tensor(float(a), dtype=torch.float64)
 
-def differences(a, b, # two snapshots (or any nested dicts, lists, tensors and numbers)
+def differences(a, # a snapshot (or any nested dicts, lists, tensors and numbers)
+                b, # the other, to compare with
                 where:str='', # the path shown in front of each difference
                 tol:float=0., # the largest relative difference of two numbers that counts as equal (`0.`: bit for bit)
                 limit:int=8): # at most this many differences

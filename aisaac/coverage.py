@@ -255,14 +255,19 @@ def run_coverage(invariants=INVARIANTS, # the invariants to run
         sep = apart(use) | {frozenset(k[0]) for k in KNOWN if k[1] == inv and not isinstance(k[0], str)}
         queue = covering(use, size, seed, sep) if full else sample(use, size, seed, sep)
         met, bad, runs = set(), set(), 0
+        culprits = []  # the failing combinations found so far: a later block that holds one runs without each of its members in turn
         while queue:
             block = queue.pop(0)
+            if full and (c := next((c for c in culprits if set(c) <= set(block)), None)):
+                queue[:0] = [[m for m in block if m != x] for x in c if len(block) > 1]
+                continue
             if len(block) > 1 and _pairs(block) <= met | bad: continue
             runs += 1
             lines = check(block, inv)
             if log: log(f"{inv}: {' + '.join(block)}: {'ok' if not lines else lines[0]}")
             if not lines: met |= _pairs(block); continue
             least = shrink(block, inv)
+            culprits.append(least)
             rep.found.append({'callbacks': least, 'invariant': inv, 'lines': check(least, inv), 'known': _known(least, inv), 'reproducer': reproducer(least, inv)})
             bad |= _pairs(least) if len(least) > 1 else {p for p in _pairs(use) if least[0] in p}
             if full: queue[:0] = [[m for m in block if m != x] for x in least if len(block) > 1]

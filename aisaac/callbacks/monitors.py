@@ -255,6 +255,10 @@ class GradNormCB(Callback):
         self.pending = [e for e in self.pending if e[0] < first]
         trainer.history.forget([n for n in trainer.history.batch_metric_names if n == 'grad_norm' or n.startswith('grad_norm/')], first)
 
+    def before_save_checkpoint(self, trainer):
+        "Send the norms so far to the loggers before a checkpoint inside a pass takes their state: a resumed fit cuts their files back to it"
+        self.cleanup_train(trainer)
+
     def cleanup_train(self, trainer):
         "Send the pass's norms to the loggers, read from the device at once"
         pending, self.pending = self.pending, []
