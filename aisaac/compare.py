@@ -23,6 +23,9 @@ def _load(p):
             except Exception: pass
             try: return torch.jit.load(p, map_location='cpu').state_dict()  # (a TorchScript export)
             except Exception: pass
+    if p.suffix == '.pt2':  # a `torch.export` program: its weights (its bytes hold when it was zipped)
+        try: return dict(torch.export.load(p).state_dict)
+        except Exception: pass
     b = p.read_bytes()
     try: return b.decode()
     except UnicodeDecodeError: return b

@@ -153,7 +153,7 @@ KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out o
     ('LSUVInitCB', 'resume'): _FOUND + "its `stats` (the initialisation's report) are not in its state_dict: a resumed fit's are empty",
     **{(n, 'transactions'): _ATTRS for n in ('CapturePredsCB', 'CapturePreds', 'ItemLossesCB', 'LRMonitorCB', 'RecorderCB', 'GradClipCB', 'HasLearnCB',
                                              'HasTrainerCB', 'PrintProgressCB', 'ProgressCB', 'CUDAGraphCB')},
-    **{(n, 'transactions'): _SUBRUNS for n in ('CSVLogger', 'JSONLinesLogger', 'CheckpointCB', 'ExportCB')},
+    **{(n, 'transactions'): _SUBRUNS for n in ('CSVLogger', 'JSONLinesLogger', 'CheckpointCB')},
     **{(('ActivationStatsCB', 'SWACB'), inv): "known: SWACB deep-copies the model with the hooks on it, and ActivationStatsCB's hold tensors of the graph, which cannot be copied (being fixed on branch junction)" for inv in INVARIANTS},
     ('TensorBoardLogger', 'transactions'): _FOUND + "a transaction deep-copies the attributes of a callback with a state, and TensorBoardLogger's hold a module, which cannot be copied (the copying is being rewritten on branch junction)",
     ('OneBatchCB', 'transactions'): "known: CapturePredsCB joins its batches in after_fit, which a fit OneBatchCB cancels skips (being fixed on branch junction: in cleanup_fit)",
@@ -170,11 +170,11 @@ def _known(names, invariant):
     return None
 
 def apart(names): # catalogue names
-    "The pairs of `names` that cannot train together: two training-step callbacks (each replaces `BasicTrainCB`)"
+    "The pairs of `names` that cannot train together: two training-step callbacks (each replaces `BasicTrainCB`), two `MixedPrecisionCB` (refused: one autocast a fit)"
     from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.precision import MixedPrecisionCB
     cat = catalogue()
-    steps = [n for n in names if issubclass(cat[n], BasicTrainCB)]
-    return {frozenset(p) for p in itertools.combinations(steps, 2)}
+    return {frozenset(p) for base in (BasicTrainCB, MixedPrecisionCB) for p in itertools.combinations([n for n in names if issubclass(cat[n], base)], 2)}
 
 def covering(names, # the callbacks
              size:int=6, # at most this many callbacks a block

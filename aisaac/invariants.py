@@ -133,7 +133,7 @@ def _folders(n):
     root = Path(tempfile.mkdtemp(prefix='aisaac-inv-'))
     return root, [root/str(i) for i in range(n)]
 
-# %% ../nbs/91_invariants.ipynb #f6a8dd0b
+# %% ../nbs/91_invariants.ipynb #c855ac27
 RESUME_POINTS = (('epochs', 0, None), ('epochs', 1, 2), ('steps', 0, 3))  # (how the fit is counted, epoch, training batch; None: the epoch's end)
 
 def check_resume(case:Case, # what to train
@@ -197,7 +197,7 @@ def check_graphs(case:Case, # what to train
     pick = lambda s: _settings_left({k: s[k] for k in ('model', 'history', 'callbacks')} | {'files': _numbers(s['files']), 'opt': s['opt']['state']})
     return differences(pick(a), pick(b), tol=tol) + notes[:1]
 
-# %% ../nbs/91_invariants.ipynb #5b9f9915
+# %% ../nbs/91_invariants.ipynb #2e79a2b4
 def _csv_rows(path):
     import csv
     with open(path) as f: return list(csv.DictReader(f))
@@ -246,7 +246,7 @@ def check_records(case:Case, # what to train
         if extra := sorted(set(rs) - set(epochs)): out.append(f"{what}: rows for epochs {extra}, which did not run")
     return out
 
-# %% ../nbs/91_invariants.ipynb #46de9f9f
+# %% ../nbs/91_invariants.ipynb #4e7fffda
 def _tools():
     from aisaac.callbacks.interpret import Interpretation
     return {'lr_find': lambda t: t.lr_find(plot=False, max_epochs=1),
@@ -315,7 +315,7 @@ def violations(lines): # what an invariant returned
     "The lines of an invariant's result that are violations (not notes)"
     return [l for l in lines if not l.startswith(('note:', 'not checked:'))]
 
-# %% ../nbs/91_invariants.ipynb #8600251d
+# %% ../nbs/91_invariants.ipynb #d54f423a
 class InvariantReport(list):
     "Rows of (invariant, verdict, details) from `check_invariants`; `ok` when nothing undeclared is violated; shows as a short table"
     @property

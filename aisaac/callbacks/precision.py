@@ -32,7 +32,10 @@ class MixedPrecisionCB(Callback):
         self.dtype, self.scaler, self.skipped, self._stack, self._pending, self._in_fit = dtype, None, 0, None, None, False
 
     def before_fit(self, trainer):
-        "Read the model's device; make a gradient scaler for float16"
+        "Refuse a second MixedPrecisionCB (their autocasts would close in the order they opened, leaving it on); read the model's device; make a gradient scaler for float16"
+        if len(two := [trainer.name_of(cb) for cb in trainer.cbs if isinstance(cb, MixedPrecisionCB)]) > 1:
+            raise ValueError(f"two MixedPrecisionCB in one fit ({', '.join(two)}; MixedPrecision is one too): each switches autocast on and off "
+                             f"around every forward pass, and the second would switch the first one's back on for good: keep one")
         p = next(trainer.model.parameters(), None)
         self.device_type = 'cpu' if p is None else p.device.type
         self.amp_dtype = self.dtype or (torch.float16 if self.device_type == 'cuda' else torch.bfloat16)
