@@ -151,7 +151,6 @@ KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out o
     ('CapturePredsCB', 'resume'): _FOUND + "the predictions it keeps over a fit are not in its state_dict: a resumed fit's lack those before the checkpoint",
     ('CapturePreds', 'resume'): _FOUND + "CapturePredsCB's: the predictions before the checkpoint are lost",
     ('ItemLossesCB', 'resume'): _FOUND + "the item losses it keeps over a fit are not in its state_dict: a resumed fit's lack those before the checkpoint",
-    ('LSUVInitCB', 'resume'): _FOUND + "its `stats` (the initialisation's report) are not in its state_dict: a resumed fit's are empty",
     **{(n, 'transactions'): _ATTRS for n in ('CapturePredsCB', 'CapturePreds', 'ItemLossesCB', 'LRMonitorCB', 'RecorderCB', 'GradClipCB', 'HasLearnCB',
                                              'HasTrainerCB', 'PrintProgressCB', 'ProgressCB', 'CUDAGraphCB')},
     **{(n, 'transactions'): _SUBRUNS for n in ('CSVLogger', 'JSONLinesLogger', 'CheckpointCB')},

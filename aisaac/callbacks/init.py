@@ -97,9 +97,9 @@ class LSUVInitCB(Callback):
         self.done = True
 
     def state_dict(self):
-        "Whether the initialisation has run, for checkpoints"
-        return {'done': self.done}
+        "Whether the initialisation has run, and its report (`stats`), for checkpoints"
+        return {'done': self.done, 'stats': {k: list(v) if isinstance(v, tuple) else v for k, v in self.stats.items()}}
 
     def load_state_dict(self, state): # as made by `state_dict`
-        "Restore whether the initialisation has run"
-        self.done = state['done']
+        "Restore whether the initialisation has run, and its report (a checkpoint from before it was kept has none)"
+        self.done, self.stats = state['done'], {k: tuple(v) if isinstance(v, list) else v for k, v in state.get('stats', {}).items()}
