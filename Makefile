@@ -105,7 +105,7 @@ wordnet: ## make sure WordNet is available (Debian package wordnet-base: WordNet
 	fi
 
 # The docs check renders pages with Quarto when it is installed, otherwise with pandoc (Debian package `pandoc`).
-docs-tools: ## make sure pandoc (or Quarto) is there to render the docs pages
+docs-tools: ## make sure pandoc (or Quarto) is there to render the docs pages, and chromium to check them
 	@if command -v quarto >/dev/null 2>&1; then echo ">>> docs: found quarto"; \
 	elif command -v pandoc >/dev/null 2>&1; then echo ">>> docs: found pandoc"; \
 	$(call apt_elif,docs,pandoc,install pandoc (or Quarto) yourself: the docs check cannot render pages without one) \
@@ -114,6 +114,10 @@ docs-tools: ## make sure pandoc (or Quarto) is there to render the docs pages
 	  echo "    install pandoc (https://pandoc.org/installing.html) or Quarto (https://quarto.org);"; \
 	  echo "    until then \`make docs-check\` processes the notebooks but renders no page (and fails under CI)."; \
 	fi
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
+	  echo ">>> docs: found chromium (the docs check measures the code blocks and tries the search in it)"; \
+	$(call apt_elif,docs,chromium,install chromium yourself: the docs check cannot measure the pages without it (and fails under CI)) \
+	else echo "!!! docs: no chromium and apt-get is not usable: \`make docs-check\` will not measure the pages (and fails under CI)"; fi
 
 demo: setup ## train the tutorial's model on full Fashion-MNIST (3 epochs), save out/loss.png
 	$(PY) scripts/demo.py $(DEMO_ARGS)
@@ -155,7 +159,7 @@ check-export: venv
 	fi; \
 	echo ">>> nbdev-export: aisaac/ is in sync with nbs/"
 
-# README.md holds the same text as nbs/index.ipynb (no Quarto here for nbdev-readme).
+# README.md holds the same text as nbs/index.ipynb, CONTRIBUTING.md as nbs/guides/contributing.ipynb (no Quarto here for nbdev-readme).
 check-readme: venv
 	$(PY) scripts/readme_sync.py --check
 
@@ -174,7 +178,7 @@ pytest: venv ## run the pytest suite in tests/ on both cores, then the 2-process
 	if [ $$rc1 = 5 ] && [ $$rc2 = 5 ]; then echo "!!! pytest collected no tests in tests/"; exit 5; fi; \
 	for rc in $$rc1 $$rc2; do if [ $$rc != 0 ] && [ $$rc != 5 ]; then exit $$rc; fi; done
 
-docs-check: venv ## the docs site: nbdev processes every notebook, pages render, no dead link, tutorials show outputs
+docs-check: venv ## the docs site: nbdev processes every notebook, pages render, no dead link, tutorials show outputs, no code cut at 1280 px (headless Chromium), the search finds a callback, no temporary path in an output
 	$(PY) scripts/docs.py check
 
 slow: setup ## run the notebooks including cells flagged #| slow
@@ -183,7 +187,7 @@ slow: setup ## run the notebooks including cells flagged #| slow
 export: venv ## nbdev-export: regenerate aisaac/ from the notebooks
 	$(BIN)/nbdev-export
 
-readme: venv ## rewrite README.md from nbs/index.ipynb
+readme: venv ## rewrite README.md from nbs/index.ipynb, CONTRIBUTING.md from nbs/guides/contributing.ipynb
 	$(PY) scripts/readme_sync.py
 
 clean: venv ## nbdev-clean: strip notebook metadata/outputs noise

@@ -218,9 +218,10 @@ class Checkpoints:
         h, model = _history(self), unwrap_model(self.model)
         attrs = {k: v for k, v in vars(self).items() if _kept(k)}
         shared = {id(o): o for o in (self, self.model, model, self.dls, getattr(self, 'opt', None), *attrs.values()) if o is not None}
-        stateful = _stateful(self)
-        shared |= {id(v): v for cb in stateful for v in vars(cb).values() if isinstance(v, io.IOBase)}  # open files are kept, not copied
-        cbs = [(cb, copy.deepcopy(vars(cb), dict(shared))) for cb in stateful]  # attributes as they are, not as a resume would load them
+        shared |= {id(o): o for m in {id(self.model): self.model, id(model): model}.values() for o in (*m.modules(), *m.parameters(), *m.buffers())}  # a callback's layers, parameters: the model's own, kept
+        named = list(self.named_callbacks().values())  # every callback, with a state or not: a counter of batches is put back too
+        shared |= {id(v): v for cb in named for v in vars(cb).values() if isinstance(v, (io.IOBase, torch.utils.hooks.RemovableHandle))}  # open files and hooks' handles are kept, not copied
+        cbs = [(cb, _copy_attrs(cb, shared)) for cb in named]  # attributes as they are, not as a resume would load them
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
         rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
@@ -380,9 +381,13 @@ class _FitTracker(Callback):
         return True
 
 # %% ../nbs/26_checkpoint.ipynb #a7e8961c
-def _stateful(trainer):
-    "The callbacks with a state (a non-empty `state_dict`): a transaction copies their attributes"
-    return [cb for cb in trainer.named_callbacks().values() if callable(getattr(cb, 'state_dict', None)) and cb.state_dict()]
+def _copy_attrs(cb, shared):
+    "A copy of `cb`'s attributes for a transaction to put back: each deep-copied (the trainer, model, loaders and open files kept), one that cannot be copied (a lock, a thread) kept as it is"
+    memo, out = dict(shared), {}
+    for k, v in vars(cb).items():
+        try: out[k] = copy.deepcopy(v, memo)
+        except Exception: out[k] = v
+    return out
 
 _machinery = ('_entries', 'plans', 'cbs', '_seq', 'off', '_tracer', 'fitting', '_fit_tracker')  # the dispatch keeps itself right
 

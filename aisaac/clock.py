@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/clock.html.md"""
 __all__ = ['batch_counts', 'Clock', 'Every', 'LoaderStream', 'set_sampler_epoch']
 
 # %% ../nbs/21_clock.ipynb #16127363
-import math, re, time
+import contextlib, math, re, time
 import torch
 
 # %% ../nbs/21_clock.ipynb #b63a64bb
@@ -30,7 +30,7 @@ class Clock:
     def reset(self):
         "Start again from zero"
         self.epoch = self.step = self.micro_step = self.samples = self.tokens = 0
-        self.batches_per_step, self.fit_start_step, self.fit_start_epoch, self._seconds, self._since = 1, 0, 0, 0., None
+        self.batches_per_step, self.fit_start_step, self.fit_start_epoch, self._seconds, self._since, self._held = 1, 0, 0, 0., None, 0
 
     @property
     def seconds(self): "Seconds spent fitting, this fit included"; return self._seconds + (time.monotonic() - self._since if self._since is not None else 0.)
@@ -43,8 +43,19 @@ class Clock:
         "Stop counting the seconds (a fit ends)"
         self._seconds, self._since = self.seconds, None
 
+    @contextlib.contextmanager
+    def hold(self):
+        "Count no batch inside: the pieces of a batch already counted (`MicroBatchCB` runs its microbatches' events inside)"
+        self._held += 1
+        try: yield self
+        finally: self._held -= 1
+
+    @property
+    def held(self): "Whether the clock is `hold`ing: inside a batch already counted (a microbatch that is not the last)"; return self._held > 0
+
     def count(self, batch): # a training batch, as the loader gives it
-        "Count a training batch: one micro-step, and its samples and tokens"
+        "Count a training batch: one micro-step, and its samples and tokens (nothing while `hold`ing)"
+        if self._held: return
         self.micro_step += 1
         b = batch
         if type(b) in (tuple, list) and type(x := b[0]) is torch.Tensor and (shape := x.shape):
@@ -168,6 +179,8 @@ def _order_parts(loader):
 
 def set_sampler_epoch(loader, # a loader (or any iterable of batches)
                       epoch:int): # the epoch that starts
-    "Call `set_epoch(epoch)` on `loader` and on its samplers that have it (a `DistributedSampler`): each epoch gets its own order"
-    for o in _order_parts(loader):
+    "Call `set_epoch(epoch)` on `loader`, on its samplers (a `DistributedSampler`) and on its dataset (a Hugging Face iterable dataset) that have it: each epoch gets its own order"
+    parts = _order_parts(loader)
+    if (ds := getattr(loader, 'dataset', None)) is not None and all(ds is not o for o in parts): parts.append(ds)
+    for o in parts:
         if callable(getattr(o, 'set_epoch', None)): o.set_epoch(epoch)

@@ -110,8 +110,21 @@ class RecorderCB(Callback):
         if bad: raise TypeError(f"RecorderCB records functions of the callback, e.g. `lr=lambda cb: cb.pg['lr']`; {bad} are not functions")
         self.fs = fs
     def before_fit(self, trainer):
-        "Start empty records, and keep the optimizer's first param group as `pg`"
-        self.recs, self.pg, self.trainer, self._counts = {k: [] for k in self.fs}, trainer.opt.param_groups[0], trainer, []
+        "Start empty records; `pg` is the optimizer's first param group"
+        self.recs, self.trainer, self._counts = {k: [] for k in self.fs}, trainer, []
+    @property
+    def pg(self):
+        "The optimizer's first param group, read each time (a resume's `load_state_dict` makes the optimizer new groups)"
+        if (own := self.__dict__.get('_own_pg')) is not None: return own  # one a subclass set (`self.pg = ...`, as miniai's code may)
+        return self.__dict__.get('_pg') if getattr(self, 'trainer', None) is None else self.trainer.opt.param_groups[0]
+    @pg.setter
+    def pg(self, group): self._own_pg = group
+    def state_dict(self):
+        "The records so far (copies): a resumed fit's are the uninterrupted fit's"
+        return {'recs': {k: list(v) for k, v in self.recs.items()}, 'counts': list(self._counts)} if getattr(self, '_counts', None) else {}
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's records"
+        if state: self.recs, self._counts = {k: list(v) for k, v in state['recs'].items()}, list(state['counts'])
     def after_batch(self, trainer):
         "Record each function's value, on training batches"
         if not trainer.training: return
@@ -123,8 +136,8 @@ class RecorderCB(Callback):
         del self._counts[n:]
         for v in self.recs.values(): del v[n:]
     def cleanup_fit(self, trainer):
-        "Let go of the trainer"
-        self.trainer = None
+        "Let go of the trainer (`pg` stays the last fit's group)"
+        self._pg, self.trainer = getattr(getattr(trainer, 'opt', None), 'param_groups', [None])[0], None
     def plot(self):
         "Plot each record against the training batch, one panel each; returns the figure"
         import matplotlib.pyplot as plt

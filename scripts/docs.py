@@ -23,10 +23,13 @@ The check fails on
 - a Markdown link shown as text on a page (`[text](url)` outside code);
 - an entry documented twice, on one page or on two (`scripts/doc_coverage.py`);
 - a page of the kernel (`nbs/core/`) that does not show the code of each of its exported cells;
+- a code block cut at 1280 px (its widest line wider than its box, in headless Chromium: scripts/site/check.js), and a
+  line of at most 120 characters that has to wrap there (the column is too narrow for the kernel's lines);
 - a tutorial or guide with no outputs, any notebook with a cell that should show something and shows
   nothing, and any notebook saved without outputs although one of its cells prints, plots or shows
   something (run `make docs NBS=nbs/<notebook>` to execute it and save its outputs);
 - an output the site cannot show (a Jupyter widget), or an error output;
+- a saved output with a temporary folder's path (`/tmp/tmpXXXX/...`) or a warning printed with its file and source line;
 - a notebook that no group of SIDEBAR takes.
 """
 import argparse, ast, base64, functools, html, json, os, re, shutil, subprocess, sys, time
@@ -45,17 +48,23 @@ SITE = Path(__file__).resolve().parent/'site'  # the pandoc stand-in's template 
 # matches; within a group, notebooks are sorted by FIRST, then by their number (the layers' order). nbdev does not
 # regenerate nbs/sidebar.yml (`custom_sidebar = true` in pyproject.toml): this script writes it, and every
 # docs command runs this first, so a new notebook lands in its group by its number or folder alone.
-SIDEBAR = [
-    ('Kernel',    r'^core/'),                   # the tiny trainer: its events, phases and loop
-    ('Layers',    r'^(1\d|2\d)[a-z]?_|\d+_learner'),     # the machinery's layers (1x), the trainer's (2x), the two assemblies, miniai's `Learner`
-    ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
-    ('Data',      r'^3\d_'),
-    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+SIDEBAR = [  # in the order a reader learns: what to do first, then the loop, then where to look things up
     ('Tutorials', r'^tutorials/'),
-    ('Guides',    r'^guides/'),
+    ('The kernel', r'^core/'),                  # the tiny trainer: its events, phases and loop, in three pages
+    ('Guides',    r'^guides/|\d+_learner'),     # coming from another library (miniai's `Learner` with them), the reference
+    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+    ('Data',      r'^3\d_'),
+    ('Inside the trainer', r'^(1\d|2\d)[a-z]?_'),  # the machinery's layers (1x), the trainer's (2x), the two assemblies
+    ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
 ]
 # Pages that come first in their group, in this order (the rest follow by layer number, then by name).
-FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb', 'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb']
+FIRST = ['tutorials/callbacks.ipynb', 'tutorials/vision.ipynb', 'tutorials/transfer_learning.ipynb', 'tutorials/language_model.ipynb',
+         'tutorials/fine_tuning.ipynb', 'tutorials/custom_callbacks.ipynb',
+         'guides/reference.ipynb', 'guides/coming_from_miniai.ipynb', '32_learner.ipynb', 'guides/coming_from_aisaac.ipynb',
+         'guides/coming_from_composer.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb', 'guides/coming_from_cerebras.ipynb',
+         'guides/coming_from_arctic_training.ipynb', 'guides/coming_from_nanogpt.ipynb', 'guides/callback_contracts_compared.ipynb',
+         'guides/changelog.ipynb', 'guides/contributing.ipynb',
+         '27_trainer.ipynb', '20_dispatch.ipynb']  # in "Inside the trainer", the two assemblies first: the classes you use
 HOME = 'index.ipynb'
 
 def _order(nb):
@@ -78,10 +87,21 @@ def sidebar_groups():
         (groups[name] if name else lost).append(nb)
     return {k: sorted(v, key=_order) for k, v in groups.items() if v}, lost
 
+def sidebar_label(title):
+    "A page's name in the sidebar: its title up to a colon (`Vision: Fashion-MNIST past 92 %` is `Vision`), the page says the rest"
+    return str(title).split(': ', 1)[0]
+
+def nb_title(nb):
+    "The `# Title` of notebook `nb` (relative to nbs/)"
+    for c in cells_of(NBS/nb):
+        if c['cell_type'] == 'markdown' and (m := re.match(r'#\s+(.+)', _text(c['source']).strip())): return m.group(1).strip()
+    return nb
+
 def write_sidebar():
     "Write nbs/sidebar.yml (Quarto's sidebar) from SIDEBAR; return the notebooks no group takes"
     groups, lost = sidebar_groups()
-    contents = [HOME] + [{'section': name, 'contents': nbs} for name, nbs in groups.items()]
+    item = lambda nb: {'href': nb, 'text': label} if (label := sidebar_label(t := nb_title(nb))) != t else nb
+    contents = [HOME] + [{'section': name, 'contents': [item(nb) for nb in nbs]} for name, nbs in groups.items()]
     text = '# Written by scripts/docs.py from its SIDEBAR groups; not kept in git.\n'
     text += yaml.dump({'website': {'sidebar': {'contents': contents}}}, sort_keys=False)
     path = NBS/'sidebar.yml'
@@ -97,9 +117,14 @@ def process(force=False):
     from nbdev.serve import proc_nbs
     lib = max(p.stat().st_mtime for p in (ROOT/'aisaac').rglob('*.py'))
     if PROC.exists() and PROC.stat().st_mtime < lib: force = True  # show_doc output comes from the modules
+    stamp = PROC/'.aisaac_fixes'
+    if PROC.exists() and (not stamp.exists() or stamp.read_text() != FIXES): force = True  # `fix_processed` changed: process again
     os.chdir(ROOT)
     refresh_quarto_yml()
     proc_nbs(force=force)
+    stamp.write_text(FIXES)
+
+FIXES = '3'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
 
 def cells_of(path):
     return json.loads(Path(path).read_text())['cells']
@@ -123,17 +148,24 @@ def unnest_links(md):
 _sig = re.compile(r'\[source\]\(\S+?/blob/[^/]+/(?P<path>\S+?)\.py#L\w+\)[^\n]*\n\n#{2,4} (?P<name>\S+)\n\n```python\n'
                   r'(?P<def>def )(?P<short>\w+)\((?P<params>.*?)\)(?P<end>:\n```)', re.S)
 
+def readable_params(params):
+    "A signature's annotations as the user writes them: `callbacks=None`, not `callbacks:NoneType=None`; `nn.Module`, not `torch.nn.modules.module.Module`"
+    params = re.sub(r':\s*NoneType\s*=', '=', params)
+    return params.replace('torch.nn.modules.module.Module', 'nn.Module').replace('torch.optim.optimizer.Optimizer', 'torch.optim.Optimizer')
+
 def class_signature(md):
-    "A class's `show_doc` as `class Callback()`: fastcore writes every signature with `def`, and `*args, **kwargs` for a class without an `__init__` of its own"
+    "A class's `show_doc` as `class Callback()` (fastcore writes every signature with `def`, and `*args, **kwargs` for a class without an `__init__` of its own), a property as `@property`, and annotations as the user writes them"
     import importlib, inspect
     def fix(m):
         try: obj = functools.reduce(getattr, m['name'].split('.'), importlib.import_module(m['path'].replace('/', '.')))
         except (ImportError, AttributeError): return m.group(0)
-        if not inspect.isclass(obj): return m.group(0)
-        params = m['params']
+        if isinstance(obj, property): return m.group(0)[:m.start('def') - m.start()] + f"@property\n{m['name']}" + m['end'][1:]
+        if not inspect.isclass(obj): return m.group(0)[:m.start('params') - m.start()] + readable_params(m['params']) + m.group(0)[m.end('params') - m.start():]
+        params = readable_params(m['params'])
         if params.split() == ['*args,', '**kwargs']:  # `object.__init__`'s: the class's real signature, where Python knows it
             try: params = str(inspect.signature(obj))[1:-1]
             except ValueError: params = '*args' if issubclass(obj, BaseException) else params  # an exception takes no keywords
+            if params == '*args, **kwargs' and obj.__init__ is object.__init__: params = ''  # a mixin's `__new__` passes on what its subclass's `__init__` takes
         return m.group(0)[:m.start('def') - m.start()] + f"class {m['short']}({params})" + m['end'][1:]
     return _sig.sub(fix, md)
 
@@ -274,6 +306,72 @@ def merge_streams(outputs):
         else: res.append(o)
     return res
 
+# The imports a page needs to document and test itself, which nbdev's template keeps in a hidden cell: not shown
+_doc_imports = re.compile(r'^(?:from (?:nbdev\.showdoc|fastcore\.test|nbdev) import [^\n]*|import fastcore\.test[^\n]*)$\n?', re.M)
+
+_md_heading = re.compile(r'^(#{1,4}) +(.+?) *$', re.M)
+def _bare(h): return re.sub(r'[`*]', '', h).strip()
+
+def unlist_repeated(md, parts):
+    "A `show_doc` entry whose name is the section it sits in (`## RanksCB`, then `### RanksCB`) stays out of the contents: one line there, not two"
+    last = next((m for p in reversed(parts) for m in reversed(list(_md_heading.finditer(p)))), None)
+    if not last or '{' in md.split('\n', 1)[0]: return md
+    def fix(m):
+        return m.group(0) + ' {.unlisted}' if _bare(m.group(2)) == _bare(last.group(2)) and len(m.group(1)) > len(last.group(1)) else m.group(0)
+    return _md_heading.sub(fix, md, count=1) if md.lstrip().startswith(('---', '#')) else md
+
+_bare_entry = re.compile(r'^---\n\n\[source\]\([^)]*\)\{[^}]*\}\n\n#{2,4} (?P<name>\w+)\n\n```python\nclass (?P=name)\(\*args\)\n```\n\n\*(?P<doc>[^*\n]+)\*\s*$')
+
+def exceptions_table(parts):
+    "Three or more `show_doc` entries in a row of exceptions with nothing but a line of docstring (`CancelFitException`, ...): one table, each name keeping its anchor"
+    out, run = [], []
+    def flush():
+        if len(run) >= 3:
+            rows = '\n'.join(f"| []{{#{m['name'].lower()}}}`{m['name']}` | {m['doc']} |" for m in run)
+            out.append(f"| exception | what raising it does |\n|---|---|\n{rows}")
+        else: out.extend(m.group(0) for m in run)
+        run.clear()
+    for part in parts:
+        if m := _bare_entry.match(part): run.append(m); continue
+        flush(); out.append(part)
+    flush()
+    return out
+
+_handler_entry = re.compile(r'^---\n\n\[source\]\([^)]*\)\{[^}]*\}\n\n#{2,4} (?P<cls>\w+)\.(?P<name>(?:before|after|cleanup|on)_\w+)\n\n'
+                            r'```python\ndef (?P=name)\(\s*(?:self,\s*)?trainer\s*\):?\n```\n\n\*(?P<doc>[^*\n]+)\*\s*$')
+
+def handlers_table(parts):
+    "A callback's event handlers that take only the trainer and say one line (`CheckpointCB.before_fit`): a table under their callback, not entries of their own; each keeps its anchor"
+    out, run = [], []
+    def flush():
+        if run:
+            rows = '\n'.join(f"| []{{#{m['cls'].lower()}.{m['name']}}}`{m['name']}` | {m['doc']} |" for m in run)
+            out.append(f"| `{run[0]['cls']}` at | what it does |\n|---|---|\n{rows}")
+        run.clear()
+    for part in parts:
+        m = _handler_entry.match(part)
+        if m and run and m['cls'] != run[0]['cls']: flush()
+        if m: run.append(m); continue
+        flush(); out.append(part)
+    flush()
+    return out
+
+def one_diagram(parts):
+    "A `show_doc` entry's docstring drawing (`event`'s loop) that the exported source right after it shows again: drawn once, in the source"
+    for i, part in enumerate(parts[:-1]):
+        if not part.startswith('---\n\n[source]'): continue
+        nxt, lines, out, j = parts[i + 1], part.split('\n'), [], 0
+        while j < len(lines):
+            if lines[j].startswith('```'):
+                k = next((k for k in range(j + 1, len(lines)) if lines[k].startswith('```')), len(lines) - 1)
+                body = [l.strip() for l in lines[j + 1:k] if l.strip()]
+                if lines[j] == '```' and len(body) > 3 and all(l in nxt for l in body): out += ['*(drawn in the exported source below)*', '']
+                else: out += lines[j:k + 1]
+                j = k + 1
+            else: out.append(lines[j]); j += 1
+        parts[i] = '\n'.join(out)
+    return parts
+
 def notebook_md(nb, pages, site_url):
     "Markdown for the processed notebook `nb` (relative to _proc/), and the problems found in its outputs"
     cells, problems, parts = cells_of(PROC/nb), [], []
@@ -286,6 +384,7 @@ def notebook_md(nb, pages, site_url):
         if c['cell_type'] != 'code': continue
         opts, code = directives(src)
         if opts.get('include') == 'false': continue
+        if not re.match(r'#\|\s*exports?\b', src): code = _doc_imports.sub('', code).strip('\n')  # as nbdev's template hides them
         if opts.get('echo') != 'false' and code.strip():
             block = f"```python\n{code}\n```"
             if 'code-fold' in opts:  # an `#| exports` cell: Quarto shows its code in a details element, open for 'show'
@@ -296,7 +395,8 @@ def notebook_md(nb, pages, site_url):
         for o in merge_streams(c.get('outputs', [])):
             md, problem = output_md(o, asis=opts.get('output') == 'asis')
             if problem: problems.append(f"cell {i}: {problem}")
-            if md: parts.append(md)
+            if md: parts.append(unlist_repeated(md, parts))
+    parts = one_diagram(handlers_table(exceptions_table(parts)))
     return rewrite_links('\n\n'.join(parts) + '\n', nb, pages, site_url), problems
 
 def nav_html(groups, page, pages):
@@ -304,8 +404,9 @@ def nav_html(groups, page, pages):
     here = Path(page).parent
     def item(nb):
         target = page_of(nb, pages[nb])
-        title = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(pages[nb].get('title', nb))))
-        cls = ' class="active"' if target == page else ''
+        full = str(pages[nb].get('title', nb))
+        title = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(sidebar_label(full)))
+        cls = (' class="active"' if target == page else '') + (f' title="{html.escape(full)}"' if sidebar_label(full) != full else '')
         return f'<li><a href="{os.path.relpath(target, here.as_posix() or ".")}"{cls}>{title}</a></li>'
     out = [f'<ul class="nav-home">{item(HOME)}</ul>'] if HOME in pages else []
     for name, nbs in groups.items():
@@ -313,8 +414,10 @@ def nav_html(groups, page, pages):
                    ''.join(item(nb) for nb in nbs if nb in pages) + '</ul>')
     return '\n'.join(out)
 
-def pandoc_page(nb, md, page, nav, site_title, links):
-    "Render one page with pandoc; return an error message or None"
+def _plain(title): return re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(title)))
+
+def pandoc_page(nb, md, page, nav, site_title, links, pager=None):
+    "Render one page with pandoc (`pager`: {'prev': (page, title), 'next': ...}, the pages around it); return an error message or None"
     out = DOCS/page
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(str(out) + '.md').write_text(md)  # the Markdown page each module's `Docs:` line points to
@@ -324,6 +427,8 @@ def pandoc_page(nb, md, page, nav, site_title, links):
            f'--template={SITE/"page.html"}', f'--include-before-body={navf}', '--highlight-style=pygments', '--mathjax',
            f'--variable=root:{up}', f'--variable=site-title:{site_title}', f'--variable=md-link:{out.name}.md',
            '--metadata=lang:en', f'--output={out}'] + [f'--variable={k}-link:{up}{v}' for k, v in links.items()]
+    for k, (target, title) in (pager or {}).items():
+        cmd += [f'--variable={k}-link:{os.path.relpath(target, Path(page).parent.as_posix() or ".")}', f'--variable={k}-title:{_plain(title)}']
     r = subprocess.run(cmd, input=md, capture_output=True, text=True)
     navf.unlink()
     if r.returncode: return f"pandoc failed: {r.stderr.strip()[:500]}"
@@ -334,24 +439,48 @@ _table, _code = re.compile(r'<table.*?</table>', re.S), re.compile(r'<code>[^<]*
 def _table_breaks(page):
     "Names in tables may break after `_` and `.`, so that a wide table (the trainer's events) fits the page"
     brk = lambda m: re.sub(r'([_.])(?=\w)', r'\1<wbr>', m.group(0))
-    return _table.sub(lambda t: _code.sub(brk, t.group(0)), page)
+    # pandoc gives a table with long cells equal fixed column widths (7 columns of 14 %: "pytorch-accelerated" and names cut
+    # at each underscore); without them the browser sizes each column to its content
+    fit = lambda t: re.sub(r'<colgroup>.*?</colgroup>\n?', '', t.replace('<table style="width:100%;">', '<table>'), flags=re.S)
+    first = lambda t: re.sub(r'(<tr[^>]*>\s*<td[^>]*>)(.*?)(</td>)', lambda c: c[1] + c[2].replace('<wbr>', '') + c[3], t, flags=re.S)  # names whole
+    return _table.sub(lambda t: first(_code.sub(brk, fit(t.group(0)))), page)
 
 def render_pandoc(pages, groups, site_url, site_title):
     "All pages with pandoc into _docs/; {notebook: [problem, ...]}"
     if DOCS.exists(): shutil.rmtree(DOCS)
     DOCS.mkdir()
-    shutil.copy(SITE/'site.css', DOCS/'site.css')
+    for f in ('site.css', 'search.js'): shutil.copy(SITE/f, DOCS/f)
+    if (NBS/'images').is_dir(): shutil.copytree(NBS/'images', DOCS/'images')  # pictures the pages' Markdown names
     problems = {}
-    links = {name.lower(): page_of(nbs[0], pages[nbs[0]]) for name, nbs in groups.items() if name in ('Tutorials', 'Guides')}
+    links = {name.split()[-1].lower(): page_of(nbs[0], pages[nbs[0]]) for name, nbs in groups.items() if name in ('Tutorials', 'The kernel', 'Guides')}
+    order = [nb for nb in [HOME] + [nb for nbs in groups.values() for nb in nbs] if nb in pages]  # the sidebar's order
+    around = {nb: {k: (page_of(o, pages[o]), pages[o].get('title', o)) for k, o in (('prev', order[i - 1] if i else None),
+                   ('next', order[i + 1] if i + 1 < len(order) else None)) if o} for i, nb in enumerate(order)}
     def one(nb):
         page = page_of(nb, pages[nb])
         md, probs = notebook_md(nb, pages, site_url)
-        err = pandoc_page(nb, md, page, nav_html(groups, page, pages), site_title, links)
+        err = pandoc_page(nb, md, page, nav_html(groups, page, pages), site_title, links, around.get(nb))
         return nb, probs + ([err] if err else [])
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         for nb, probs in ex.map(one, sorted(pages)):
             if probs: problems[nb] = probs
+    write_search_index(pages, order)
     return problems
+
+_heading = re.compile(r'<h([1-4]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
+def write_search_index(pages, order):
+    "_docs/search_index.js, what the search box (scripts/site/search.js) reads: each page's address, title, headings and text"
+    index = []
+    for nb in order:
+        page = page_of(nb, pages[nb])
+        h = (DOCS/page).read_text(errors='replace')
+        main = h[h.find('<main>'):h.find('</main>')]
+        main = re.sub(r'<nav class="pager">.*?</nav>', '', main, flags=re.S)
+        heads = [[i, re.sub(r'\s+', ' ', html.unescape(_tag.sub('', t))).strip()] for _, i, t in _heading.findall(main)]
+        text = re.sub(r'\s+', ' ', html.unescape(_tag.sub(' ', _unshown.sub(' ', main)))).strip()
+        index.append({'u': page, 't': str(pages[nb].get('title', nb)).replace('`', ''), 'h': heads, 'x': text})
+    (DOCS/'search_index.js').write_text('window.SEARCH_INDEX = ' + json.dumps(index, ensure_ascii=False, separators=(',', ':')) + ';\n')
 
 def render_quarto():
     "The real site, with Quarto (`nbdev-docs`)"
@@ -448,7 +577,8 @@ def check_outputs(nb):
         if opts.get('eval') == 'false' or opts.get('output') == 'false': continue
         if not c.get('outputs') and should_show(code):
             bad.append(f"cell {i} shows nothing but ends with `{code.strip().splitlines()[-1][:60]}`")
-    if n_out == 0 and nb.startswith(OUTPUTS_REQUIRED): return [f"no outputs at all: run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
+    has_code = any(c['cell_type'] == 'code' and directives(_text(c['source']))[1].strip() for c in cells)
+    if n_out == 0 and has_code and nb.startswith(OUTPUTS_REQUIRED): return [f"no outputs at all: run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
     return bad + [f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"] if bad else check_saved_outputs(nb)
 
 def check_saved_outputs(nb):
@@ -463,6 +593,96 @@ def check_saved_outputs(nb):
             return [f"saved without outputs, though cell {i} shows something (`{line[:60]}`), so its page shows none: "
                     f"run `make docs NBS=nbs/{nb}` to execute it and save its outputs"]
     return []
+
+# In the browser: what a reader at 1280 px sees (headless Chromium)
+
+def in_chromium(pages, width=1280, height=900, search=None, root=None, timeout=600):
+    """Load each page (relative to `root`, default _docs/) in a `width` px frame of headless Chromium and measure its code blocks
+    with scripts/site/check.js: {page: [problem, ...]}; with `search`, also type it into the home page's search box:
+    then the result is ({page: problems}, [result link, ...])"""
+    import tempfile
+    exe, root = chromium(), Path(root or DOCS).resolve()
+    if not exe: return None
+    with tempfile.TemporaryDirectory() as tmp:
+        harness = Path(tmp)/'harness.html'
+        urls = [(root/p).as_uri() for p in pages]
+        harness.write_text(f"""<!DOCTYPE html><html><body><iframe id="f" style="width:{width}px;height:{height}px;border:0"></iframe>
+<pre id="out"></pre><script>{(SITE/'check.js').read_text()}
+const urls = {json.dumps(urls)}, names = {json.dumps(list(pages))}, search = {json.dumps(search)}, home = {json.dumps((root/'index.html').as_uri())};
+const f = document.getElementById('f'), res = {{}}; let i = 0;
+function done(extra) {{ document.getElementById('out').textContent = 'RESULT' + JSON.stringify({{pages: res, search: extra}}) + 'END'; }}
+function typeSearch() {{
+  f.onload = () => {{
+    const d = f.contentDocument, box = d.querySelector('#search-box');
+    if (!box) return done(null);
+    box.focus(); box.value = search; box.dispatchEvent(new Event('input', {{bubbles: true}}));
+    let n = 0; const poll = () => {{
+      const links = [...d.querySelectorAll('#search-results a')].map(a => a.getAttribute('href'));
+      if (links.length || ++n > 50) done(links); else setTimeout(poll, 100); }};
+    poll();
+  }};
+  f.src = home;
+}}
+function next() {{
+  if (i >= urls.length) return search === null ? done(null) : typeSearch();
+  f.src = urls[i];
+}}
+f.onload = () => {{ try {{ res[names[i]] = measureCode(f.contentDocument); }} catch (e) {{ res[names[i]] = [{{kind: 'error', line: String(e)}}]; }} i++; next(); }};
+next();
+</script></body></html>""")
+        r = subprocess.run([exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--allow-file-access-from-files',
+                            '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+                            f'--user-data-dir={tmp}/profile', f'--window-size={width + 40},{height + 200}',
+                            f'--virtual-time-budget={max(60000, 2000 * len(pages))}', '--dump-dom', harness.as_uri()],
+                           capture_output=True, text=True, timeout=timeout)
+    m = re.search(r'RESULT(.*?)END', html.unescape(r.stdout), re.S)
+    if not m: return {'(chromium)': [f"no result from headless Chromium (exit {r.returncode}): {r.stderr.strip()[-300:]}"]}
+    out = json.loads(m.group(1))
+    probs = {}
+    for page, bad in out['pages'].items():
+        for b in bad:
+            if b['kind'] == 'cut':
+                probs.setdefault(page, []).append(f"code block {b['block']} ({b['where'] or 'no id'}) is cut at {width} px: its widest line has "
+                                                  f"{b['chars']} characters, its box shows {b['cap']} (`{b['line']}`)")
+            elif b['kind'] == 'narrow':
+                probs.setdefault(page, []).append(f"code block {b['block']} ({b['where'] or 'no id'}) wraps a line of {b['chars']} characters at "
+                                                  f"{width} px (its box holds {b['cap']}; 120 must fit) (`{b['line']}`)")
+            else: probs.setdefault(page, []).append(f"could not measure the page: {b['line']}")
+    missing = [p for p in pages if p not in out['pages']]
+    if missing: probs['(chromium)'] = [f"pages not measured: {missing[:5]}"]
+    return (probs, out['search']) if search is not None else probs
+
+def check_in_chromium(pages, search='MetricsCB', expect='callbacks/metrics.html'):
+    "The check's browser part: every page's code blocks at 1280 px, and the search box finding `search` on `expect`"
+    if not chromium():
+        if os.environ.get('CI'): return ["no chromium on PATH, so the code blocks were not measured: `apt-get install chromium`"]
+        print("!!! docs: no chromium on PATH (`apt-get install chromium`): the code blocks' widths are not measured"); return []
+    res = in_chromium([page_of(nb, pages[nb]) for nb in sorted(pages)], search=search)
+    probs, found = res if isinstance(res, tuple) else (res, None)
+    bad = [f"{page}: {p}" for page, ps in sorted(probs.items()) for p in ps]
+    if search and (found is None or not any(urlsplit(l).path.endswith(expect) for l in found)):
+        bad.append(f"index.html: typing {search!r} in the search box does not find {expect} (results: {(found or [])[:5]})")
+    return bad
+
+# What a saved output should not show (as tests/test_notebooks.py refuses the machine's own paths): a temporary folder's
+# random name, and a warning printed with the file, line and source line that raised it. scripts/run_nbs.py saves
+# them as `<tmp>` and `UserWarning: message`.
+_temp_path = re.compile(r"(?<![\w.])(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.+-]+/[\w.+-]+/T)/(?:tmp|pytest-of-)[\w.-]*[^\s'\"):,]*")
+_warning_source = re.compile(r"^(\S[^\n]*?:\d+: \w*Warning: [^\n]{0,60})", re.M)
+
+def check_clean_outputs(nb):
+    "Temporary paths and warnings' source lines in the saved outputs of notebook `nb` (relative to nbs/): problems"
+    bad = []
+    for i, c in enumerate(cells_of(NBS/nb)):
+        for o in c.get('outputs', []):
+            text = _text(o.get('text', '')) + ''.join(_text(v) for k, v in o.get('data', {}).items() if k.startswith('text/'))
+            if m := _temp_path.search(text):
+                bad.append(f"cell {i}: a temporary path in its output ({m.group(0)!r}): print it relative to its folder, or save the page "
+                           f"again with `scripts/run_nbs.py --skip-slow nbs/{nb}` (which shows temporary folders as <tmp>)")
+            if m := _warning_source.search(text):
+                bad.append(f"cell {i}: a warning with its file and line ({m.group(1)!r}...): filter it, or save the page again with "
+                           f"`scripts/run_nbs.py --skip-slow nbs/{nb}` (which shows a warning as `UserWarning: message`)")
+    return bad
 
 def doc_coverage():
     "scripts/doc_coverage.py, as a module"
@@ -511,9 +731,10 @@ def build(strict=True):
         page = DOCS/page_of(nb, pages[nb])
         if not page.is_file(): problems.append(f"{nb}: its page {page.relative_to(ROOT)} was not rendered")
     problems += check_links(site_url) + check_docs_lines(site_url) + check_raw_links() + check_kernel_code(pages)
+    if renderer == 'pandoc': problems += check_in_chromium(pages)  # Quarto's pages: its own CSS (nbs/styles.css), not measured here
     problems += [f"{nb}: {name} is documented here and in {', '.join(others)}" if others else f"{nb}: {name} is documented twice"
                  for nb, name, others in doc_coverage().duplicate_entries()]
-    for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb)]
+    for nb in pages: problems += [f"{nb}: {p}" for p in check_outputs(nb) + check_clean_outputs(nb)]
     print(f">>> docs: {len(pages)} pages processed by nbdev in {t1 - t0:.1f} s, rendered by {renderer} "
           f"and checked in {time.time() - t1:.1f} s: {DOCS.relative_to(ROOT)}/index.html")
     return problems

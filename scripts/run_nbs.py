@@ -13,7 +13,8 @@ folder, as a reader would run it: fastprogress draws HTML bars and tables, matpl
 there is no GPU (bench/gpu_nb.py saves a page run on the GPU machine); notebooks
 with `skip_exec: true` in their front matter and folders with a `.notest` file are skipped, as nbdev-test
 does. A notebook is saved only when every cell ran, with the paths of this machine in its outputs made relative
-(`aisaac/sft.py:133: UserWarning`, not the checkout's absolute path), then cleaned by `nbdev-clean`, which keeps the
+(`aisaac/sft.py`, not the checkout's absolute path), temporary folders shown as `<tmp>`, warnings as `UserWarning: message`
+(without the file, line and source line that raised them), then cleaned by `nbdev-clean`, which keeps the
 outputs and drops what changes from run to run (execution counts, cell metadata, object ids).
 
 The time of every notebook and of every slow cell is printed, so that a slow cell can tell the reader
@@ -137,17 +138,29 @@ def coalesce(outs):
         else: res.append(o)
     return res
 
+# A temporary folder a cell made (`tempfile.mkdtemp()`, `TemporaryDirectory()`): its random name is neither the reader's
+# nor the same from run to run, so the docs show it as `<tmp>` (scripts/docs.py's check refuses the raw name).
+TEMP_DIR = re.compile(r"(?<![\w.])(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.+-]+/[\w.+-]+/T)/(?:tmp|pytest-of-[\w.-]+/pytest-\d+/)[\w.-]*")
+# A warning as Python prints it: `file:line: Category: message`, then the line of source that raised it. The docs show
+# `Category: message`: the source line (`  warnings.warn(...)`) is the library's, not what the reader's code did.
+WARNING = re.compile(r"^(?:\S[^\n]*?):\d+: (\w*Warning: [^\n]*)\n(?:  [^\n]*\n)?", re.M)
+
+def clean_warnings(text):
+    "Python's printed warnings in `text` without their file, line and source line"
+    return WARNING.sub(lambda m: m[1] + '\n', text)
+
 def sanitise(nb):
-    "Replace the paths of this machine in `nb`'s outputs (a warning's file, a traceback) by relative ones: the docs show no developer's folders; a printed line is one output (`coalesce`)"
-    subs = machine_paths()
-    def clean(text):
+    "Replace the paths of this machine in `nb`'s outputs (a warning's file, a traceback) by relative ones, temporary folders by `<tmp>`, and print warnings without their source line: the docs show no developer's folders; a printed line is one output (`coalesce`)"
+    subs = machine_paths() + [(TEMP_DIR.pattern, '<tmp>')]
+    def clean(text, stream=False):
         lines = text if isinstance(text, list) else [text]
         for pat, rep in subs: lines = [re.sub(pat, rep, l) for l in lines]
+        if stream: lines = clean_warnings(''.join(lines)).splitlines(True) if isinstance(text, list) else [clean_warnings(lines[0])]
         return lines if isinstance(text, list) else lines[0]
     for cell in nb.cells:
         if 'outputs' in cell: cell['outputs'] = coalesce(cell['outputs'])
         for o in cell.get('outputs', []):
-            if 'text' in o: o['text'] = clean(o['text'])
+            if 'text' in o: o['text'] = clean(o['text'], stream=o.get('name') == 'stderr')
             for k, v in o.get('data', {}).items():
                 if k.startswith('text/'): o['data'][k] = clean(v)
             if 'traceback' in o: o['traceback'] = clean(o['traceback'])

@@ -33,6 +33,7 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: starts other processes (torchrun, a fresh Python, a Jupyter kernel); `make test-fast` leaves it out')
     config.addinivalue_line('markers', 'serial: runs 2 processes at once (torchrun), or depends on having the cores to itself; '
                                        '`make pytest` runs these one at a time after the others')
+    config.addinivalue_line('markers', 'torchrun_cases(*names): the cases of its module\'s `torchrun_cases.Cases` a test reads (tests/torchrun_cases.py)')
 
 def pytest_collection_modifyitems(config, items):
     import pytest

@@ -213,5 +213,7 @@ def run(out, job):
 if __name__ == '__main__':
     out, jobs = Path(sys.argv[1]), sys.argv[2:]
     if 'RANK' in os.environ: dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
-    for job in jobs: run(out, job)
+    for job in jobs:
+        if job.startswith('@'): out = Path(job[1:])  # the folder of the next jobs' results (several tests' jobs in one launch)
+        else: run(out, job)
     if dist.is_initialized(): dist.destroy_process_group()

@@ -4,8 +4,8 @@
 
 CASE is 'cancel' (rank 0 raises CancelFitException in `after_loss` once 3 optimizer steps are taken), 'early' (EarlyStoppingCB stops
 on rank 0 only, whose metric gets worse after epoch 0), 'epoch' (rank 1 raises CancelEpochException in `after_batch` once 2 steps are
-taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on for 15 s as a notebook's kernel
-would) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on for 15 s),
+taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on as a notebook's kernel
+would: it waits, alive, until rank 0 has written its result, at most WAIT s) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on),
 'loader_end' (the same at the loader's end, after its 4th and last batch, with MetricsCB, whose end of the pass is a collective) or 'preempt'
 (rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'refuse_all' (every
 process refuses each of 20 fits: a callback raises TypeError in `before_fit`; each process writes the error of each fit). With `plain` the fit runs without the agreements
@@ -92,6 +92,8 @@ CASES = {'cancel': lambda: [RaiseAt(0, 'after_loss', 3, CancelFitException('rank
          'loader_end': lambda: [MetricsCB(show=False)],
          'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)]}
 
+WAIT = 45  # seconds: how long a failed process stays alive waiting for the other's end, under the gloo timeout (60 s)
+
 if __name__ == '__main__':
     out, case, plain = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ['plain']
     dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
@@ -116,6 +118,11 @@ if __name__ == '__main__':
                exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(dls.valid if case.startswith('loader') else cbs[0], 'raised_at', None),
                checkpoints=sorted(p.name for p in (out/'ckpt').glob('*.pt')) if case == 'preempt' else None)
     (out/f'result_{rank}.json').write_text(json.dumps(res))
-    if case in ('error', 'loader', 'loader_end') and res['raised_at'] is not None: time.sleep(15)  # it goes on a while (a notebook's kernel would): the other must not wait
+    if case in ('error', 'loader', 'loader_end') and res['raised_at'] is not None:
+        # it goes on (a notebook's kernel would), and the other must not wait for it: it waits, alive, for the other's result (rank 0 ended)
+        # at most WAIT s, less than the gloo timeout a waiting rank 0 would reach; whether it came is in this process's result
+        while not (out/'result_0.json').exists() and time.time() - res['ended'] < WAIT: time.sleep(0.05)
+        res['other_ended_first'] = (out/'result_0.json').exists()
+        (out/f'result_{rank}.json').write_text(json.dumps(res))
     try: dist.destroy_process_group()
     except Exception: pass

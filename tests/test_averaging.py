@@ -160,3 +160,19 @@ def test_a_fraction_of_a_second_fit_counts_from_where_that_fit_started_also_resu
     assert cb2.n_averaged == cb.n_averaged
     a, b = cb.averaged_state(), cb2.averaged_state()
     for k in a: assert torch.equal(a[k], b[k]), k
+
+def test_swas_averaged_copy_has_none_of_the_models_hooks():
+    """The average is made without the forward hooks and pre-hooks on the model (an activation recorder's): they are not copied into
+    it, nor called by its batch-norm recomputation. Before: `AveragedModel` deep-copied them; a counting hook was called 16 times for
+    8 training batches (8 more in `update_bn` on the copy), and the copy held both hooks"""
+    calls, pre = [], []
+    model = bn_model()
+    model[0].register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
+    model.register_forward_pre_hook(lambda m, i: pre.append(1))
+    swa = SWACB(start=2, every=2)
+    t = make_trainer([swa], model=model, n_train=(4,) * 8)
+    t.fit(1, lr=0.1, valid=False)
+    assert len(calls) == len(pre) == 8  # the training batches only
+    copy_ = swa.swa.module
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in copy_.modules())
+    assert model[0]._forward_hooks and model._forward_pre_hooks  # the model's own are kept

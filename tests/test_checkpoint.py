@@ -408,3 +408,29 @@ def test_a_second_fit_numbers_its_checkpoints_after_the_first_and_resumes_its_ow
     again.fit(2, lr=0.1, resume_from=tmp_path/'checkpoint_0003_000000.pt')
     for k, v in t.model.state_dict().items(): assert torch.equal(v, again.model.state_dict()[k]), k
     assert [p.name for p in checkpoints(tmp_path/'b')] == ['checkpoint_0004_000000.pt']  # named as the run it continues
+
+@pytest.mark.parametrize('gone', ['file', 'folder'])
+def test_a_checkpoint_removed_while_the_folder_is_listed_is_left_out(tmp_path, monkeypatch, gone):
+    """Another process's CheckpointCB removes its oldest checkpoints beyond `keep_last` while `checkpoints`/`last_checkpoint` read the
+    folder (the chaos harness watches a run's folder so): one listed, then removed before its time is read, is left out of the
+    list, and `last_checkpoint` takes the newest without a warning about it. Before, `checkpoints` raised FileNotFoundError
+    from the `stat` of the file the listing had named"""
+    (tmp_path/'checkpoint_0000_000001').mkdir()  # a sharded checkpoint's folder (the oldest)
+    for i, n in enumerate(['checkpoint_0000_000002.pt', 'checkpoint_0000_000003.pt']):
+        atomic_save({'x': torch.zeros(1)}, tmp_path/n)
+        os.utime(tmp_path/n, ns=(10**18 + i, 10**18 + i))
+    os.utime(tmp_path/'checkpoint_0000_000001', ns=(10**17, 10**17))
+    oldest = tmp_path/('checkpoint_0000_000002.pt' if gone == 'file' else 'checkpoint_0000_000001')
+    glob = Path.glob
+    def glob_then_remove(self, pattern, *args, **kwargs):
+        found = list(glob(self, pattern, *args, **kwargs))
+        if oldest in found: (oldest.rmdir if oldest.is_dir() else oldest.unlink)()  # removed between the listing and the rest
+        return iter(found)
+    monkeypatch.setattr(Path, 'glob', glob_then_remove)
+    assert [p.name for p in checkpoints(tmp_path)] == sorted({'checkpoint_0000_000001', 'checkpoint_0000_000002.pt', 'checkpoint_0000_000003.pt'} - {oldest.name})
+    assert not oldest.exists()
+    (oldest.mkdir() if gone == 'folder' else atomic_save({'x': torch.zeros(1)}, oldest))  # there again, for the next listing to remove
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert last_checkpoint(tmp_path, check=False).name == 'checkpoint_0000_000003.pt'  # (the files are no real checkpoints)

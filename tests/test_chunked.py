@@ -160,9 +160,17 @@ def test_token_weighted_accumulation_and_micro_batches_equal_one_big_batch(how):
     m_ref = tiny_gpt(); fit(m_ref, [big], [ChunkedLossCB(chunk=8)], 1)
     assert torch.allclose(torch.tensor(weights(model)), torch.tensor(weights(m_ref)), atol=1e-6)
 
-def test_two_processes_equal_one_even_with_a_micro_batch_masked_throughout(tmp_path):
+TORCHRUN_CASES = HERE/'posttrain_run.py', {'chunked': ['chunked']}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/posttrain_run.py, run in one torchrun launch with the other cases the selected tests use (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('chunked')
+def test_two_processes_equal_one_even_with_a_micro_batch_masked_throughout(cases):
     "2 processes (torchrun, gloo, DDP), 2 micro-batches each, rank 1's first masked throughout: no wait, and the step of one process on all 4"
-    res = torchrun_cases.launch(HERE/'posttrain_run.py', tmp_path, 'chunked')
+    res = cases('chunked')
     model = tiny_gpt()
     one = fit(model, chunked_batches(), [ChunkedLossCB(chunk=8)], 4)
     for r in res:

@@ -43,17 +43,31 @@ def assert_same(a, b, exact=False):
 
 MID = 'checkpoint_0000_000004'  # after 4 of the 8 steps of epoch 0
 
+def together(*launches):
+    "`ok` for each of `launches` (`(out, nproc, *jobs)`), all at once: single processes, which together take both cores"
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(launches)) as pool:
+        for f in [pool.submit(ok, *l) for l in launches]: f.result()
+
 @pytest.fixture(scope='module')
-def runs(tmp_path_factory):
+def dcp_dirs(tmp_path_factory):
+    """The folders of `runs`, `fsdp_runs` and `logs`, whose jobs run in 3 launches in all (a launch costs several seconds, each job
+    less): the 2-process jobs of all three that need no other's checkpoint, then the 1-process sharded ones and the plain ones at once,
+    then the 2-process resumes of their checkpoints. `@FOLDER` among a launch's jobs: the next jobs write their results there"""
+    out, fout, lout = (tmp_path_factory.mktemp(n) for n in ('dcp', 'fsdp', 'dcp_logs'))
+    ok(out, 2, f'straight:s2:{out}/c2:2', f'resume:r2:{out}/c2/{MID}:2', f'export:e2:{out}/c2', f'preempt:pre:{out}/cpre:2',
+       f'resume:rpre2:{out}/cpre/{MID}:2', f'@{fout}', *fsdp_jobs(fout), f'@{lout}', *logs_jobs(lout))
+    together((out, 1, f'resume:r1:{out}/c2/{MID}:2', f'straight:s1:{out}/c1:2'),
+             (out, 0, f'resume:p1:{out}/c2/{MID}:2', f'straight:ps:{out}/cp:2', f'resume:rpre1:{out}/cpre/{MID}:2',
+              f'@{fout}', f'resume:fp1:{fout}/c2/{MID}:2', f'resume:frpre1:{fout}/cpre/{MID}:2'))
+    ok(out, 2, f'resume:r21:{out}/c1/{MID}:2', f'resume:rp2:{out}/cp/{MID}.pt:2')
+    return out, fout, lout
+
+@pytest.fixture(scope='module')
+def runs(dcp_dirs):
     """The uninterrupted runs (2 epochs) on 2 sharded processes (s2), on 1 sharded (s1), on 1 plain (ps, file checkpoints), and the
     resumes of their checkpoints after 4 steps: s2's on 2 (r2), on 1 sharded (r1) and on 1 plain (p1); s1's on 2 (r21); ps's on 2 (rp2)"""
-    out = tmp_path_factory.mktemp('dcp')
-    ok(out, 2, f'straight:s2:{out}/c2:2', f'resume:r2:{out}/c2/{MID}:2', f'export:e2:{out}/c2', f'preempt:pre:{out}/cpre:2',
-       f'resume:rpre2:{out}/cpre/{MID}:2')
-    ok(out, 1, f'resume:r1:{out}/c2/{MID}:2', f'straight:s1:{out}/c1:2')
-    ok(out, 0, f'resume:p1:{out}/c2/{MID}:2', f'straight:ps:{out}/cp:2', f'resume:rpre1:{out}/cpre/{MID}:2')
-    ok(out, 2, f'resume:r21:{out}/c1/{MID}:2', f'resume:rp2:{out}/cp/{MID}.pt:2')
-    return out
+    return dcp_dirs[0]
 
 def test_a_sharded_checkpoint_is_a_folder_each_process_wrote_its_part_of(runs):
     "Every 4 steps a folder: the shards of both processes, the random state of each, the rest of the checkpoint; nothing left over"
@@ -150,19 +164,20 @@ def test_a_failure_to_complete_the_folder_is_an_error_and_leaves_the_previous_on
     assert folder_problem(p) is None and torch.load(p/'state.pt', weights_only=True)['epoch'] == 0
     assert last_checkpoint(tmp_path) == p
 
+def fsdp_jobs(out):
+    "`fsdp_runs`'s 2-process jobs"
+    return [f'fstraight:f2:{out}/c2:2', f'fresume:fr2:{out}/c2/{MID}:2', f'fpreempt:fpre:{out}/cpre:2', f'fresume:frpre2:{out}/cpre/{MID}:2',
+            f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'fpreempt:fpa3:{out}/cpa3:2:accum3',
+            f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'fresume:wide:{out}/c2/{MID}:2:wide',
+            f'faccum:fa3:{out}/ca3:2:3 batches']
+
 @pytest.fixture(scope='module')
-def fsdp_runs(tmp_path_factory):
+def fsdp_runs(dcp_dirs):
     """The same runs with FSDPCB, which shards the model in the fit (not by hand): uninterrupted (f2), resumed after 4 steps on 2 (fr2)
     and on 1 plain process (fp1); preempted by a SIGTERM to process 1 (fpre), resumed on 2 (frpre2) and 1 (frpre1); with GradAccumCB(2),
     checkpoints every 2 steps (fa, resumed: fra) and every 3 batches (fa3, inside a window); SaveBestModelCB (fb); with GradAccumCB(3),
     preempted (fpa3) and resumed (frpa3), and uninterrupted (fa3s); a GPT twice as wide resuming c2's checkpoint (wide)"""
-    out = tmp_path_factory.mktemp('fsdp')
-    ok(out, 2, f'fstraight:f2:{out}/c2:2', f'fresume:fr2:{out}/c2/{MID}:2', f'fpreempt:fpre:{out}/cpre:2', f'fresume:frpre2:{out}/cpre/{MID}:2',
-       f'faccum:fa:{out}/ca:2:2 steps', f'fresume:fra:{out}/ca/{MID}:2:accum', f'fbest:fb:{out}/cb:2', f'fpreempt:fpa3:{out}/cpa3:2:accum3',
-       f'faccum:fa3s:{out}/ca3s:2:3 steps:accum3', f'fresume:frpa3:{out}/cpa3/checkpoint_0001_000001:2:accum3', f'fresume:wide:{out}/c2/{MID}:2:wide',
-       f'faccum:fa3:{out}/ca3:2:3 batches')
-    ok(out, 0, f'resume:fp1:{out}/c2/{MID}:2', f'resume:frpre1:{out}/cpre/{MID}:2')
-    return out
+    return dcp_dirs[1]
 
 def test_fsdpcb_writes_sharded_checkpoints_and_resumes_from_them_to_the_uninterrupted_weights(fsdp_runs, runs):
     """A fit with FSDPCB and CheckpointCB writes folders (the model is sharded when they are written); a new fit with FSDPCB resumes
@@ -228,20 +243,28 @@ def test_fsdpcb_refuses_a_checkpoint_of_another_model_before_sharding_on_every_p
         assert "CheckpointError: The checkpoint does not fit this trainer: shapes differ: tok_emb.weight (32, 16) (the model's: (32, 32))" in r['error'], r['error']
         assert r['param_type'] == 'Parameter'
 
-def test_aisaac_collectives_keep_to_nccl_and_a_checkpoint_period_of_steps_needs_none(tmp_path):
+def test_aisaac_collectives_keep_to_nccl_and_a_checkpoint_period_of_steps_needs_none(background):
     """NCCL, the backend of every GPU run, refuses a CPU tensor in the default process group, and aisaac put its own CPU tensors there:
     the agreement that every process wrote its part of a sharded checkpoint, CheckpointCB's decision on a period, SaveBestModelCB's.
     Under dcp_run's stand-in for NCCL's rule (AISAAC_NCCL_RULE) they now run, in a gloo group of their own. And CheckpointCB
     broadcasts the main process's decision at each training batch only for a period the processes count apart (time, samples,
     tokens): 8 broadcasts in a run of 8 batches on a wall-clock period, none every '4 steps' (before: 8 in both)"""
-    ok(tmp_path, 2, f'fstraight:steps:{tmp_path}/s:1', f'fstraight:clock:{tmp_path}/c:1:1000 s', f'fbest:best:{tmp_path}/b:2',
-       env={'AISAAC_NCCL_RULE': '1'})
+    tmp_path = background/'rule'  # (its jobs run in `background`'s launch, under the same rule)
     assert [p.name for p in checkpoints(tmp_path/'s')] == ['checkpoint_0000_000004', 'checkpoint_0000_000008'] and not (tmp_path/'c').exists()
     for r in (0, 1):
         assert result(tmp_path, 'steps', r)['broadcasts'] == 0 and result(tmp_path, 'clock', r)['broadcasts'] == 8
         assert result(tmp_path, 'best', r)['best_epoch'] == 0 and result(tmp_path, 'best', r)['broadcasts'] == 2  # (one an epoch)
 
-def test_an_fsdpcb_run_resumed_on_2_processes_writes_the_logs_of_the_uninterrupted_run(tmp_path):
+def logs_jobs(out):
+    "The jobs of the logs' test (2 processes)"
+    return [f'flogs:u:{out}/cu:2', f'flogs:r8:{out}/c8:2:{out}/cu/checkpoint_0000_000008:u', f'flogs:r12:{out}/c12:2:{out}/cu/checkpoint_0001_000004:u']
+
+@pytest.fixture(scope='module')
+def logs(dcp_dirs):
+    "The folder of the logs' test's jobs (run in `dcp_dirs`'s first launch)"
+    return dcp_dirs[2]
+
+def test_an_fsdpcb_run_resumed_on_2_processes_writes_the_logs_of_the_uninterrupted_run(logs):
     """MetricsCB, CSVLogger, JSONLinesLogger and ResultsFileCB in an FSDPCB fit of 2 epochs with a checkpoint every 4 steps; the run
     resumed from the checkpoint at the end of epoch 0's training (r8) and from the one in the middle of epoch 1 (r12), each in the
     files the uninterrupted run left (as an interrupted run leaves them, past the checkpoint): the CSV and JSON lines end as the
@@ -249,8 +272,7 @@ def test_an_fsdpcb_run_resumed_on_2_processes_writes_the_logs_of_the_uninterrupt
     loaded their state there, and the next sharded checkpoint's `state_dict` flushed the CSV logger on rank 1, rewriting the main
     process's file with the checkpoint's rows: r8's CSV was 'epoch' and the row of epoch 1 ('epoch\\n1,3.43...'), the header and
     epoch 0 gone. And ResultsFileCB's `state_dict` raised AttributeError on rank 1 (no run started there): the fit hung"""
-    ok(tmp_path, 2, f'flogs:u:{tmp_path}/cu:2', f'flogs:r8:{tmp_path}/c8:2:{tmp_path}/cu/checkpoint_0000_000008:u',
-       f'flogs:r12:{tmp_path}/c12:2:{tmp_path}/cu/checkpoint_0001_000004:u')
+    tmp_path = logs
     csv, lines = (tmp_path/'u.csv').read_text(), (tmp_path/'u.jsonl').read_text()
     assert csv.splitlines()[0] == 'epoch,train_loss,valid_loss' and len(csv.splitlines()) == 3, csv
     assert len(lines.splitlines()) == 2, lines
@@ -270,7 +292,9 @@ def background(tmp_path_factory):
     `CheckpointCB(background=True)` (b2), its checkpoint after 4 steps resumed (rb2); the same with each process holding its part of the
     first checkpoint for 3 training batches (bh); and with process 1 failing to write its part of the second (bf)"""
     out = tmp_path_factory.mktemp('dcp_background')
-    ok(out, 2, f'background:b2:{out}/cb2:2', f'resume:rb2:{out}/cb2/{MID}:2', f'background:bh:{out}/cbh:2:held', f'background:bf:{out}/cbf:2:fails',
+    (rule := out/'rule').mkdir()  # and the jobs of test_aisaac_collectives_keep_to_nccl_..., under the same rule, writing there
+    ok(out, 2, f'@{rule}', f'fstraight:steps:{rule}/s:1', f'fstraight:clock:{rule}/c:1:1000 s', f'fbest:best:{rule}/b:2', f'@{out}',
+       f'background:b2:{out}/cb2:2', f'resume:rb2:{out}/cb2/{MID}:2', f'background:bh:{out}/cbh:2:held', f'background:bf:{out}/cbf:2:fails',
        env={'AISAAC_NCCL_RULE': '1'})
     return out
 

@@ -13,6 +13,13 @@ import torchrun_cases
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB
 
+TORCHRUN_CASES = HERE/'dist_metrics_run.py', {c: [c] for c in ('ddp', 'fsdp', 'accel', 'resume')}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/dist_metrics_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
 def reference():
     "The same fit on this one process, 16 samples a batch: its per-epoch history"
     m = dm.metrics()
@@ -22,14 +29,15 @@ def reference():
     return dm.records(t)
 
 @pytest.mark.parametrize('how', ['ddp', 'fsdp', 'accel'])
-def test_every_process_records_the_metrics_of_the_whole_data(tmp_path, how):
+@torchrun_cases.uses('ddp', 'fsdp', 'accel')
+def test_every_process_records_the_metrics_of_the_whole_data(cases, how):
     """Both processes record the same train and valid losses, accuracies (torcheval's merged, torchmetrics' synced by itself, the
     training pass's too) as one process over the same data, to float rounding. Before, each process recorded its own half: rank 0's
     valid loss after epoch 0 was 1.42515 and rank 1's 1.43746 where one process's is 1.43131 (DDP; now 1.4313086 on both), and
     rank 0's accuracy 0.2222 for 0.2778. A metric that cannot
     be merged (no `merge_state`, not torchmetrics) keeps each process's own value, and a warning says so"""
     if how == 'accel': pytest.importorskip('accelerate')
-    r0, r1 = torchrun_cases.launch(HERE/'dist_metrics_run.py', tmp_path, how)
+    r0, r1 = cases(how)
     ref = reference()
     h0, h1 = r0['history'], r1['history']
     assert sorted(h0) == sorted(ref) == ['acc', 'hits', 'seen', 'tm', 'train_acc', 'train_loss', 'train_seen', 'train_tm', 'valid_loss']
@@ -45,13 +53,14 @@ def test_every_process_records_the_metrics_of_the_whole_data(tmp_path, how):
     for r in (r0, r1):
         assert len(r['warnings']) == 1 and "metric 'hits' (Hits) cannot be combined across the 2 processes" in r['warnings'][0], r['warnings']
 
-def test_a_distributed_fit_resumed_inside_a_pass_records_the_uninterrupted_figures(tmp_path):
+@torchrun_cases.uses('resume')
+def test_a_distributed_fit_resumed_inside_a_pass_records_the_uninterrupted_figures(cases):
     """DDP, a checkpoint file every 3 steps (the main process writes it): resumed from the one of step 6, in the middle of epoch 1's
     training pass, the fit records the uninterrupted fit's figures exactly, on both processes. Every process saves the checkpoint
     (CheckpointCB runs on all), and MetricsCB gathers every process's pass so far into it; each resumes its own. Without the gather
     the checkpoint held the main process's pass only, which both processes resumed as their own: epoch 1's train loss counted rank
     0's first 2 batches twice and rank 1's not at all"""
-    r0, r1 = torchrun_cases.launch(HERE/'dist_metrics_run.py', tmp_path, 'resume')
+    r0, r1 = cases('resume')
     for r in (r0, r1):
         assert r['resumed'] == r['history'], (r['resumed'], r['history'])
         assert r['resumed_warnings'] == [] and len(r['history']['train_loss']) == 2

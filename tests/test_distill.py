@@ -118,8 +118,16 @@ def test_accumulation_and_micro_batches_equal_one_big_batch():
     assert distill_fit(tiny_gpt(), batches, [], 4).norms == pytest.approx(ref.norms, rel=1e-5)
     assert distill_fit(tiny_gpt(), [big], [MicroBatchCB(4)], 1).norms == pytest.approx(ref.norms, rel=1e-5)
 
-def test_two_processes_equal_one(tmp_path):
-    res = torchrun_cases.launch(HERE/'posttrain_run.py', tmp_path, 'distill')
+TORCHRUN_CASES = HERE/'posttrain_run.py', {'distill': ['distill']}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/posttrain_run.py, run in one torchrun launch with the other cases the selected tests use (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('distill')
+def test_two_processes_equal_one(cases):
+    res = cases('distill')
     model = tiny_gpt()
     one = distill_fit(model, distill_batches(), [], 4)
     for r in res:

@@ -5,7 +5,7 @@ The rules and the walk are in scripts/doc_coverage.py, which also lists the prob
 import importlib.util, inspect, json, re
 from pathlib import Path
 
-import pytest
+import pytest, yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location('doc_coverage', ROOT/'scripts'/'doc_coverage.py')
@@ -137,8 +137,11 @@ def test_a_class_is_shown_as_a_class_with_its_real_signature():
     assert "```python\nclass Callback()\n```" in md, md
     md = docs_site.class_signature(BasicMarkdownRenderer(Trainer)._repr_markdown_())
     assert "```python\nclass Trainer(\n    dls, # an object with `train` and `valid` loaders" in md, md
+    from aisaac.core.dispatch import CallbackMixin
+    md = docs_site.class_signature(BasicMarkdownRenderer(CallbackMixin)._repr_markdown_())
+    assert "```python\nclass CallbackMixin()\n```" in md, md  # its `__new__(cls, *args, **kwargs)` passes on a subclass's arguments
     fit = BasicMarkdownRenderer(Trainer.fit)._repr_markdown_()
-    assert docs_site.class_signature(fit) == fit  # a method stays as it is
+    assert docs_site.class_signature(fit) == fit.replace('callbacks:NoneType=None', 'callbacks=None')  # a method stays a `def`, its annotations readable
 
 def test_a_kernel_cell_whose_code_is_not_on_its_page_is_reported(tmp_path, monkeypatch):
     "The docs check reads each page of the kernel for the code of every exported cell of its notebook"
@@ -179,3 +182,145 @@ def test_a_cell_the_docs_build_cannot_run_is_reported(tmp_path):
     bad.write_text(json.dumps(nb('x = 1', 'import math\nprint(math.pi + x)', 'def f(y): return y', 'import torch\ndl = torch.utils.data.DataLoader([1], num_workers=2)')))
     good.write_text(json.dumps(nb('x = 1', 'import math', 'print(math.pi + x)', '#| export\ndef g(): return later()')))
     assert dc.docs_run_problems([bad, good]) == [(str(bad), 1, ['x']), (str(bad), 3, ['(worker processes: num_workers)'])]
+
+# ---------------------------------------------------------------- what a reader sees at 1280 px (headless Chromium)
+
+needs_chromium = pytest.mark.skipif(docs_site.chromium() is None, reason='no chromium on PATH (`apt-get install chromium`)')
+
+def _page(tmp_path, name, code, style=''):
+    "A page like the site's (its CSS), with one code block"
+    import shutil
+    shutil.copy(docs_site.SITE/'site.css', tmp_path/'site.css')
+    (tmp_path/name).write_text(f'<!DOCTYPE html><html><head><link rel="stylesheet" href="site.css"><style>{style}</style></head>'
+                               f'<body><div class="layout"><nav class="sidebar">x</nav><main><div class="sourceCode" id="cb1">'
+                               f'<pre class="sourceCode python"><code class="sourceCode python">{code}</code></pre></div></main></div></body></html>')
+
+@needs_chromium
+def test_a_cut_code_block_is_reported_and_a_wrapped_one_is_not(tmp_path):
+    "The docs check measures each code block's widest line against its box at 1280 px: cut fails, wrapped beyond 120 passes, 120 fit"
+    line = 'x = ' + ', '.join(f'value_{i}' for i in range(30))  # 292 characters
+    _page(tmp_path, 'cut.html', line, style='main pre > code.sourceCode, main pre { white-space: pre !important; overflow-x: hidden; }')
+    _page(tmp_path, 'wrapped.html', line)
+    _page(tmp_path, 'kernel.html', 'y' * 120)
+    _page(tmp_path, 'narrow.html', 'y' * 120, style='main { max-width: 700px; }')
+    res = docs_site.in_chromium(['cut.html', 'wrapped.html', 'kernel.html', 'narrow.html'], root=tmp_path)
+    assert set(res) == {'cut.html', 'narrow.html'}, res
+    assert res['cut.html'][0].startswith('code block 0 (cb1) is cut at 1280 px: its widest line has 292 characters, its box shows 12'), res
+    assert 'wraps a line of 120 characters' in res['narrow.html'][0], res
+
+@needs_chromium
+def test_typing_a_callbacks_name_in_the_search_box_finds_its_page(tmp_path, monkeypatch):
+    "`make site` writes search_index.js from every page; the box (scripts/site/search.js) finds a callback's page, at its entry"
+    import shutil
+    monkeypatch.setattr(docs_site, 'DOCS', tmp_path)
+    body = lambda main: (f'<!DOCTYPE html><html><body data-root="{{root}}"><header><input id="search-box"><span id="search-results" hidden></span></header>'
+                         f'<main>{main}</main><script src="{{root}}search.js"></script></body></html>')
+    (tmp_path/'callbacks').mkdir()
+    (tmp_path/'index.html').write_text(body('<h1 id="aisaac">aisaac</h1><p>A trainer.</p>').replace('{root}', ''))
+    (tmp_path/'callbacks'/'metrics.html').write_text(body('<h3 id="metricscb">MetricsCB</h3><p>the losses and metrics</p>').replace('{root}', '../'))
+    (tmp_path/'callbacks'/'progress.html').write_text(body('<h3 id="progresscb">ProgressCB</h3><p>a bar</p>').replace('{root}', '../'))
+    shutil.copy(docs_site.SITE/'search.js', tmp_path/'search.js')
+    pages = {'index.ipynb': {'title': 'aisaac'}, 'callbacks/41_metrics.ipynb': {'title': 'Metrics', 'output-file': 'metrics.html'},
+             'callbacks/42_progress.ipynb': {'title': 'Progress', 'output-file': 'progress.html'}}
+    docs_site.write_search_index(pages, list(pages))
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='MetricsCB')
+    assert found == ['callbacks/metrics.html#metricscb'], found
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='NoSuchCallbackCB')
+    assert found == [], found
+    (tmp_path/'search_index.js').unlink()  # without the index (a site built before the search), nothing is found
+    _, found = docs_site.in_chromium(['index.html'], root=tmp_path, search='MetricsCB')
+    assert found == [], found
+
+def test_a_temporary_path_or_a_warnings_source_line_in_an_output_is_reported(tmp_path, monkeypatch):
+    "The docs check refuses `/tmp/tmpXXXX/...` and `file:line: UserWarning` + source line in saved outputs; run_nbs saves them as `<tmp>` and `UserWarning: ...`"
+    import importlib.util, nbformat
+    spec = importlib.util.spec_from_file_location('run_nbs', ROOT/'scripts'/'run_nbs.py')
+    run_nbs = importlib.util.module_from_spec(spec); spec.loader.exec_module(run_nbs)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('sh', outputs=[nbformat.v4.new_output('execute_result', data={'text/plain': "TokenShards('/tmp/tmp_n89__8d/corpus': 4 shards)"})]),
+        nbformat.v4.new_code_cell('x', outputs=[nbformat.v4.new_output('stream', name='stderr', text=
+            "aisaac/sft.py:174: UserWarning: 70 of 24000 examples have more than 129 tokens\n  if why: warnings.warn('; '.join(why))\n")]),
+        nbformat.v4.new_code_cell('y', outputs=[nbformat.v4.new_output('stream', name='stdout', text='saved to ckpt/checkpoint_0001.pt\n')])])
+    monkeypatch.setattr(docs_site, 'NBS', tmp_path)
+    nbformat.write(nb, tmp_path/'x.ipynb')
+    bad = docs_site.check_clean_outputs('x.ipynb')
+    assert len(bad) == 2 and bad[0].startswith("cell 0: a temporary path in its output ('/tmp/tmp_n89__8d/corpus')"), bad
+    assert bad[1].startswith("cell 1: a warning with its file and line ('aisaac/sft.py:174: UserWarning: 70 of 24000"), bad
+    nbformat.write(run_nbs.sanitise(nb), tmp_path/'x.ipynb')  # as scripts/run_nbs.py saves a page
+    assert docs_site.check_clean_outputs('x.ipynb') == []
+    outs = [o for c in nbformat.read(tmp_path/'x.ipynb', as_version=4).cells for o in c.outputs]
+    assert outs[0]['data']['text/plain'] == "TokenShards('<tmp>/corpus': 4 shards)"
+    assert outs[1]['text'] == 'UserWarning: 70 of 24000 examples have more than 129 tokens\n'
+    assert outs[2]['text'] == 'saved to ckpt/checkpoint_0001.pt\n'
+
+def test_signatures_read_as_the_user_writes_them():
+    "show_doc's signatures on the site: a property as a property, `=None` without `NoneType`, `nn.Module` without its module path"
+    from nbdev.showdoc import BasicMarkdownRenderer
+    from aisaac.core.trainer import Trainer
+    raw = BasicMarkdownRenderer(Trainer.training)._repr_markdown_()
+    assert 'def training():' in raw  # what fastcore writes
+    assert "```python\n@property\nTrainer.training\n```" in docs_site.class_signature(raw), docs_site.class_signature(raw)
+    fit = docs_site.class_signature(BasicMarkdownRenderer(Trainer.fit)._repr_markdown_())
+    assert 'NoneType' not in fit and '    callbacks=None, # callbacks for this fit only' in fit and 'def fit(' in fit, fit
+    assert docs_site.readable_params('model:torch.nn.modules.module.Module, cbs:NoneType=None') == 'model:nn.Module, cbs=None'
+
+def test_the_pages_hide_the_imports_that_document_and_test_them(tmp_path, monkeypatch):
+    "As nbdev's template hides `from nbdev.showdoc import *`: those lines are not shown, the cell's other code is"
+    cell = lambda src: {'cell_type': 'code', 'source': src, 'outputs': [], 'metadata': {}, 'execution_count': None}
+    nb = {'cells': [cell('from nbdev.showdoc import show_doc\nfrom fastcore.test import *'), cell('import torch\nfrom fastcore.test import test_eq\nx = 1')],
+          'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    (tmp_path/'x.ipynb').write_text(json.dumps(nb))
+    monkeypatch.setattr(docs_site, 'PROC', tmp_path)
+    md, _ = docs_site.notebook_md('x.ipynb', {'x.ipynb': {}}, '')
+    assert 'showdoc' not in md and 'fastcore' not in md and '```python\nimport torch\nx = 1\n```' in md, md
+
+def test_an_entry_named_as_its_section_is_listed_once_in_the_contents():
+    "`## RanksCB` then the entry `### RanksCB`: the contents list the name once (pandoc's `.unlisted`); another entry stays listed"
+    entry = '---\n\n[source](x.py#L1)\n\n### RanksCB\n\n```python\nclass RanksCB()\n```'
+    assert '### RanksCB {.unlisted}\n' in docs_site.unlist_repeated(entry, ['## `RanksCB`\n\nText.'])
+    assert docs_site.unlist_repeated(entry, ['## Stopping together']) == entry
+    assert docs_site.unlist_repeated(entry.replace('RanksCB', 'RanksCB.before_fit'), ['## `RanksCB`']) == entry.replace('RanksCB', 'RanksCB.before_fit')
+
+def test_bare_exception_entries_become_one_table_and_a_diagram_is_drawn_once():
+    "Six `Cancel*Exception` entries with a line of docstring each: one table, the anchors kept; `event`'s drawing shown by its source only"
+    entry = lambda n, doc: f'---\n\n[source](x.py#L1){{target="_blank"}}\n\n### {n}\n\n```python\nclass {n}(*args)\n```\n\n*{doc}*'
+    parts = ['## Cancelling', entry('CancelA', 'End a'), entry('CancelB', 'End b'), entry('CancelC', 'End c'), '## Next']
+    out = docs_site.exceptions_table(parts)
+    assert out == ['## Cancelling', '| exception | what raising it does |\n|---|---|\n| []{#cancela}`CancelA` | End a |\n'
+                   '| []{#cancelb}`CancelB` | End b |\n| []{#cancelc}`CancelC` | End c |', '## Next'], out
+    assert docs_site.exceptions_table(parts[:3] + parts[4:]) == parts[:3] + parts[4:]  # two stay entries
+    drawing = 'fit    before_fit\n  epoch    before_epoch\n    batch    before_batch\n    after_batch'
+    doc = f'---\n\n[source](x.py#L1)\n\n### event\n\n```python\nclass event()\n```\n\n*The events:*\n\n```\n{drawing}\n```\nA note.'
+    src = '<details open>\n\n```python\nclass event:\n    """The events:\n' + ''.join(f'    {l}\n' for l in drawing.split('\n')) + '"""\n```'
+    shown = docs_site.one_diagram([doc, src])[0]
+    assert 'before_epoch' not in shown and 'class event()' in shown and 'A note.' in shown, shown
+    assert docs_site.one_diagram([doc, '## Other'])[0] == doc  # not in the source next to it: kept
+
+def test_event_handlers_are_listed_under_their_callback_not_as_entries():
+    "`CheckpointCB.before_fit` and the like (the trainer only, one line): a table under the callback, anchors kept; a handler with more to say stays an entry"
+    h = lambda cls, name, doc, params='\n    trainer\n': (f'---\n\n[source](x.py#L1){{target="_blank"}}\n\n### {cls}.{name}\n\n'
+                                                         f'```python\ndef {name}({params}):\n```\n\n*{doc}*')
+    parts = ['### CheckpointCB', h('CheckpointCB', 'before_fit', 'Count `every`'), h('CheckpointCB', 'after_batch', 'Save'),
+             h('RanksCB', 'after_fit', 'Agree'), h('RanksCB', 'after_loss', 'Scale', '\n    trainer, # the trainer\n    scale:float, # how much\n'), '## Next']
+    out = docs_site.handlers_table(parts)
+    assert out[1] == ('| `CheckpointCB` at | what it does |\n|---|---|\n| []{#checkpointcb.before_fit}`before_fit` | Count `every` |\n'
+                      '| []{#checkpointcb.after_batch}`after_batch` | Save |'), out[1]
+    assert out[2] == '| `RanksCB` at | what it does |\n|---|---|\n| []{#rankscb.after_fit}`after_fit` | Agree |', out[2]
+    assert out[3] == parts[4] and out[4] == '## Next' and len(out) == 5, out
+
+def test_tables_size_their_columns_and_keep_the_first_columns_names_whole():
+    "pandoc's equal fixed widths (7 x 14 % on the reference page) dropped; names break at `_` except in the first column"
+    t = ('<table style="width:100%;">\n<colgroup>\n<col style="width: 50%" />\n<col style="width: 50%" />\n</colgroup>\n'
+         '<tr class="odd">\n<td><code>before_fit</code></td>\n<td><code>on_fit_start</code></td>\n</tr>\n</table>')
+    assert docs_site._table_breaks(t) == ('<table>\n<tr class="odd">\n<td><code>before_fit</code></td>\n'
+                                          '<td><code>on_<wbr>fit_<wbr>start</code></td>\n</tr>\n</table>')
+
+def test_the_sidebar_names_a_page_by_its_title_up_to_a_colon():
+    "Long titles took three lines of the sidebar (`Transfer learning: a pretrained body for a few hundred images`): the part before the colon"
+    assert docs_site.sidebar_label('Transfer learning: a pretrained body for a few hundred images') == 'Transfer learning'
+    assert docs_site.sidebar_label('Callbacks') == 'Callbacks'
+    groups, _ = docs_site.sidebar_groups()
+    assert list(groups)[:2] == ['Tutorials', 'The kernel'] and groups['Tutorials'][0] == 'tutorials/callbacks.ipynb', list(groups)
+    docs_site.write_sidebar()
+    side = yaml.safe_load((docs_site.NBS/'sidebar.yml').read_text())['website']['sidebar']['contents']
+    assert {'href': 'tutorials/vision.ipynb', 'text': 'Vision'} in side[1]['contents'], side[1]

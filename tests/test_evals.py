@@ -266,13 +266,21 @@ def test_under_accelerate_on_several_processes_a_set_it_did_not_prepare_is_refus
         trainer(EvalSetsCB(a=batches(1, 2)), Gathers()).fit(1)
 
 # ---------------------------------------------------------------- 2 processes
+TORCHRUN_CASES = HERE/'evals_run.py', {c: [c] for c in ('ddp', 'accel')}
 
-def test_on_two_processes_each_set_records_the_whole_sets_figures(tmp_path):
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/evals_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+
+@torchrun_cases.uses('ddp')
+def test_on_two_processes_each_set_records_the_whole_sets_figures(cases):
     """DDP on 2 gloo processes, each process its half of the training data, of dls.valid and of each set (a DistributedSampler): both
     processes record the same figures as one process over the same data, for both sets at their steps; b's interval in samples,
     which each process counts its own way (rank 0's batches hold 3 times rank 1's samples here), follows rank 0's clock"""
     import evals_run
-    r0, r1 = torchrun_cases.launch(HERE/'evals_run.py', tmp_path, 'ddp')
+    r0, r1 = cases('ddp')
     ref = evals_run.run(1)
     assert r0['history'] == r1['history'], (r0['history'], r1['history'])
     assert sorted(r0['history']) == sorted(ref) and ref['b/valid_loss']['steps'] == [1, 3]
@@ -281,11 +289,12 @@ def test_on_two_processes_each_set_records_the_whole_sets_figures(tmp_path):
         assert torch.allclose(torch.tensor(r0['history'][n]['values']), torch.tensor(s['values']), atol=1e-5, rtol=1e-5), (n, r0['history'][n], s)
     assert r0['c_steps'] == r1['c_steps'] == [1, 2, 3] and r0['c_samples'] != r1['c_samples']
 
-def test_under_accelerate_on_two_processes_a_prepared_set_is_whole(tmp_path):
+@torchrun_cases.uses('accel')
+def test_under_accelerate_on_two_processes_a_prepared_set_is_whole(cases):
     """AccelerateCB on 2 processes gathers the validation predictions; a set whose loader its accelerator prepared is measured the same
     way: a set holding dls.valid's samples records dls.valid's figures, on both processes"""
     pytest.importorskip('accelerate')
-    r0, r1 = torchrun_cases.launch(HERE/'evals_run.py', tmp_path, 'accel')
+    r0, r1 = cases('accel')
     for r in (r0, r1):
         h = r['history']
         assert h['again/valid_loss'] == h['valid_loss'] and h['again/acc'] == h['acc'] and h['again/acc']['steps'] == [0, 1], h

@@ -530,3 +530,39 @@ def test_the_collectors_of_predictions_and_losses_get_each_batchs_graphed():
     assert counts[0]['replayed'] > 80 and counts[1]['replayed'] >= 4 and t.CUDAGraphCB.why_eager is None, counts
     assert torch.equal(p, p0) and torch.equal(y, y0) and torch.equal(x, x0) and torch.equal(l, l0)
     assert torch.equal(t.ItemLossesCB.losses, t0.ItemLossesCB.losses) and torch.equal(t.ItemLossesCB.top_idxs, t0.ItemLossesCB.top_idxs)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the averages and the spike guard (issue 46)
+
+def test_a_graphed_fit_with_emacb_gives_the_eager_fits_average():
+    """EMACB said nothing of its role, so graph_plan refused it ("EMACB handles `after_step`, and says nothing of how") and the fit ran
+    eagerly: 0 batches replayed. Its update is Python around each replay (the due step read on the host, two foreach ops launched on the
+    weights the graph stepped): graphed, the average, the validation on it and the weights are the eager fit's"""
+    from aisaac.callbacks.averaging import EMACB
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', GraphWarning)
+        t, w = fit(EMACB(decay=0.9, start=3), graphed())
+    t0, w0 = fit(EMACB(decay=0.9, start=3), all_eager())
+    cb = t.CUDAGraphCB
+    assert cb.counts['replayed'] > cb.counts['eager'] and cb.why_eager is None, cb.counts
+    assert torch.equal(w, w0)
+    avg, avg0 = t.EMACB.averaged_state(), t0.EMACB.averaged_state()
+    assert t.EMACB.n_averaged == t0.EMACB.n_averaged == 4 * 8 - 3 + 1 and avg.keys() == avg0.keys()
+    assert all(torch.equal(avg[k], avg0[k]) for k in avg)
+    assert not torch.equal(avg['0.weight'], t.model[0].weight)  # (an average, not the weights)
+    assert t.history.get_metric_values('valid_loss') == t0.history.get_metric_values('valid_loss')
+
+@pytest.mark.parametrize('action', ['skip', 'rollback', 'stop'])
+def test_lossspikecb_keeps_a_graphed_fit_eager_and_says_why(action):
+    """LossSpikeCB said nothing of its role: the fit ran eagerly with "LossSpikeCB handles `after_loss`, and says nothing of how: declare
+    `cuda_graph = ...`", which invites a declaration that would be wrong: it decides in `before_step` whether the step is taken (a skip,
+    a rollback's or a stop's cancelled step), and a replayed batch's graph has applied the step and zeroed the gradients it reads by then"""
+    from aisaac.callbacks.spikes import LossSpikeCB
+    with pytest.warns(GraphWarning, match='this fit runs eagerly, because') as rec:
+        t, w = fit(LossSpikeCB(action, warmup=2), graphed())
+    msg = str(rec[0].message)
+    assert 'LossSpikeCB decides in `before_step` whether the step is taken' in msg and 'says nothing of how' not in msg, msg
+    assert t.CUDAGraphCB.counts == {}
+    assert torch.equal(w, fit(LossSpikeCB(action, warmup=2))[1])
+    with pytest.raises(ValueError, match=r'CUDAGraphCB\(strict=True\) refuses this fit, which cannot be graphed: LossSpikeCB decides'):
+        fit(LossSpikeCB(action, warmup=2), graphed(strict=True))

@@ -234,17 +234,26 @@ def test_lora_cannot_be_frozen_or_unfrozen_and_trains_its_adapters_with_groups()
     assert [g['lr'] for g in t.opt.param_groups] == [1e-2, 1e-2]
     assert all(torch.equal(p, base[n]) for n, p in t.model.named_parameters() if 'lora_' not in n)
 
-def test_fine_tune_under_fsdp_takes_the_steps_of_one_process(tmp_path):
+TORCHRUN_CASES = HERE/'params_run.py', {c: [c] for c in ('fine_tune', 'ddp')}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/params_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('fine_tune')
+def test_fine_tune_under_fsdp_takes_the_steps_of_one_process(cases):
     "FSDPCB on 2 processes: the optimizer made on the shards has the groups, the body unfreezes after the sharding, and the losses and weights are one process's"
     import params_run
-    r0, r1 = torchrun_cases.launch(HERE/'params_run.py', tmp_path, 'fine_tune')
+    r0, r1 = cases('fine_tune')
     ref = params_run.fine_tune_losses()
     assert r0['param_type'] == 'DTensor' and r0['fits'] == ref['fits'] and [f['trains'] for f in ref['fits']] == [10, 28]
     assert len(r0['losses']) == len(ref['losses']) == 8 and torch.allclose(torch.tensor(r0['losses']), torch.tensor(ref['losses']), atol=1e-5)
     assert r0['weights'] == r1['weights'] and torch.allclose(torch.tensor(r0['weights']), torch.tensor(ref['weights']), atol=1e-4)
 
-def test_freezing_a_model_in_distributed_data_parallel_is_refused(tmp_path):
-    r0, r1 = torchrun_cases.launch(HERE/'params_run.py', tmp_path, 'ddp')
+@torchrun_cases.uses('ddp')
+def test_freezing_a_model_in_distributed_data_parallel_is_refused(cases):
+    r0, r1 = cases('ddp')
     assert r0['error'] == r1['error'] and r0['error'].startswith('RuntimeError: The model is wrapped in DistributedDataParallel')
 
 def test_miniais_learner_decays_every_parameter_as_miniai_does():

@@ -138,9 +138,17 @@ def test_packed_micro_batches_weigh_by_their_pairs():
     got, _ = fit_pairs_run(tiny_gpt(), pair_loaders(pairs, 1, pack=True, length=40), [PreferenceCB(chunk=8)], n_accum=rows)
     assert got.norms == pytest.approx(ref.norms, rel=1e-5)
 
-def test_two_processes_equal_one_step_by_step(tmp_path):
+TORCHRUN_CASES = HERE/'posttrain_run.py', {'dpo': ['dpo']}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/posttrain_run.py, run in one torchrun launch with the other cases the selected tests use (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('dpo')
+def test_two_processes_equal_one_step_by_step(cases):
     "2 processes (torchrun, gloo, DDP), each 2 of every 4 pairs: each step's mean loss and gradient norm are one process's on the 4"
-    res = torchrun_cases.launch(HERE/'posttrain_run.py', tmp_path, 'dpo')
+    res = cases('dpo')
     model = tiny_gpt()
     one, _ = fit_pairs_run(model, pair_loaders(synthetic_pairs(16), 4), [PreferenceCB(reference=tiny_gpt(), chunk=8)])
     for r in res: assert r['norms'] == pytest.approx(one.norms, rel=1e-5)

@@ -78,9 +78,17 @@ def test_with_profile_cb_both_see_every_handler(tmp_path):
     assert calls['backward', 'BasicTrainCB'] == 8 and calls['after_batch', 'MetricsCB'] == 10
     assert names(tp.paths[0]).count('BasicTrainCB.backward') == 2
 
-def test_one_trace_per_process(tmp_path):
+TORCHRUN_CASES = HERE/'profiler_run.py', {'fit': ['fit']}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/profiler_run.py, run in one torchrun launch with the other cases the selected tests use (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('fit')
+def test_one_trace_per_process(cases):
     "2 gloo processes (torchrun): each writes its own trace, named by its rank"
-    r0, r1 = torchrun_cases.launch(HERE/'profiler_run.py', tmp_path, 'fit')
+    r0, r1 = cases('fit')
     assert (r0['rank'], r1['rank']) == (0, 1)
     assert [Path(p).name for p in r0['paths']] == ['rank0.step4.pt.trace.json']
     assert [Path(p).name for p in r1['paths']] == ['rank1.step4.pt.trace.json']

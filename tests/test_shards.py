@@ -19,6 +19,7 @@ from aisaac.text import text_dataloaders, tokenize_to_shards, train_tokenizer
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parent
+import torchrun_cases
 
 def texts(n=400): return [f"fortune number {i}: {'many words ' * (i % 7)} and an end." for i in range(n)]
 
@@ -124,10 +125,17 @@ def test_the_memory_stays_flat_as_the_corpus_grows(tmp_path):
     small, large = grown(4 << 20), grown(64 << 20)
     assert large < small + 8, (small, large)  # in memory, as int64, the large corpus alone would be 512 MiB more
 
+TORCHRUN_CASES = HERE/'stateful_run.py', {c: [c] for c in ('stream', 'shards')}
+
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/stateful_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
 @pytest.mark.parametrize('case', ['stream', 'shards'])
-def test_on_2_processes_each_loader_resumes_from_its_own_state(tmp_path, case):
-    import torchrun_cases
-    results = torchrun_cases.launch(HERE/'stateful_run.py', tmp_path, case)
+@torchrun_cases.uses('stream', 'shards')
+def test_on_2_processes_each_loader_resumes_from_its_own_state(cases, case):
+    results = cases(case)
     for r in results:
         assert r['resumed'] == r['whole'][(15 if case == 'shards' else 12) + 3:]
         assert r['rweights'] == r['weights']

@@ -151,22 +151,30 @@ def test_a_resume_from_before_the_spike_skips_the_recorded_batches(tmp_path):
     again.fit(1, lr=0.05, resume_from=tmp_path/'checkpoint_0000_000008.pt')
     for k, v in straight.model.state_dict().items(): assert torch.equal(v, again.model.state_dict()[k]), k
 
-def launch(out, case): return torchrun_cases.launch(HERE/'spikes_run.py', out, case)
+TORCHRUN_CASES = HERE/'spikes_run.py', {c: [c] for c in ('skip', 'rollback', 'resume')}
 
-def test_two_processes_skip_the_same_step_when_one_sees_a_spike(tmp_path):
-    r0, r1 = launch(tmp_path, 'skip')
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/spikes_run.py: those the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('skip')
+def test_two_processes_skip_the_same_step_when_one_sees_a_spike(cases):
+    r0, r1 = cases('skip')
     assert r0['steps'] == r1['steps'] == 15 and r0['weights'] == r1['weights']
     assert 'a spike on another process' in r0['skips'][0] and 'the loss is' in r1['skips'][0]
 
-def test_two_processes_roll_back_together_to_the_state_before_the_spike(tmp_path):
-    r0, r1 = launch(tmp_path, 'rollback')
+@torchrun_cases.uses('rollback')
+def test_two_processes_roll_back_together_to_the_state_before_the_spike(cases):
+    r0, r1 = cases('rollback')
     for r in (r0, r1):
         assert r['events'] == ['rollback'] and r['lr'] == 0.05 and r['back_to_snapshot']
     assert r0['weights'] == r1['weights'] and r0['steps'] == r1['steps']
 
-def test_two_processes_resume_between_the_spike_and_its_check_and_roll_back_as_the_uninterrupted_run(tmp_path):
+@torchrun_cases.uses('resume')
+def test_two_processes_resume_between_the_spike_and_its_check_and_roll_back_as_the_uninterrupted_run(cases):
     "The checkpoint (rank 0's) holds the snapshot and the decisions not read yet: both processes resumed roll back to it and end as the uninterrupted run"
-    r0, r1 = launch(tmp_path, 'resume')
+    r0, r1 = cases('resume')
     for r in (r0, r1):
         assert r['events'] == ['rollback'] and r['back_to_snapshot']
         assert r['resumed']['weights'] == r['weights'] and r['resumed']['skipped'] == [[0, 8, 0, 11]]
@@ -304,3 +312,18 @@ def test_a_nan_in_the_warm_up_does_not_count_toward_it(at):
     w = Watch()
     make(LossSpikeCB('skip', warmup=3), NaN(at), w).fit(1, lr=0.05, valid=False)
     assert len(w.skips) == 1 and 'not finite' in w.skips[0], w.skips
+
+@pytest.mark.parametrize('how', ['rollback', 'skip', 'window'])
+def test_the_live_loss_graph_keeps_only_the_kept_batches(tmp_path, how):
+    """ProgressCB(plot=True)'s graph did not honour `void_batches`: after the rollback of batches 8 to 15 it kept 23 points for 16 batches
+    trained (the undone batches' losses, the spike's among them); in a skipped accumulation window of 3, 23 for 21 (batches 9 and 10). A
+    skipped single batch was already left out (it ends before `after_batch`): 23 for 23. Its points must be the kept batches' losses"""
+    from aisaac.callbacks.progress import ProgressCB
+    spikes, cbs, n = {'rollback': (LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8), [Spike(13)], 16),
+                      'skip': (LossSpikeCB('skip', warmup=3), [Spike(10)], 23),
+                      'window': (LossSpikeCB('skip', warmup=2), [GradAccumCB(3), Spike(10)], 21)}[how]
+    progress = ProgressCB(plot=True, bars=False)
+    t = make(spikes, *cbs, progress, *recorders(tmp_path))
+    t.fit(1, lr=0.1 if how == 'rollback' else 0.05, valid=False)
+    kept = check_records(t, tmp_path, n)
+    assert progress.losses == pytest.approx([t.Losses.loss[k] for k in kept], rel=1e-6)

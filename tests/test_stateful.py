@@ -199,9 +199,22 @@ def hf_iterable(loader='plain', workers=0, buffer=8):
         return StatefulDataLoader(ds, batch_size=BS, collate_fn=collate, num_workers=workers), ds
     return make
 
+@pytest.mark.parametrize('loader, workers', [('plain', 0), ('plain', 2), ('stateful', 2)])
+def test_an_hf_iterable_dataset_shuffles_each_epoch_anew(loader, workers):
+    """Hugging Face's docs: call the dataset's `set_epoch` each epoch, or every epoch has the same order. It was never called (the
+    loader's own and its samplers' `set_epoch` were, not its dataset's): 3 epochs of `shuffle(seed=0, buffer_size=8)` gave 3 times the
+    same 12 batches; each epoch's order must be its own (and each epoch hold every row once)"""
+    t, seen, ds = trainer(hf_iterable(loader, workers, 8))
+    t.fit(3, lr=0.1, valid=False)
+    epochs = [seen.batches[e:e + 12] for e in (0, 12, 24)]
+    assert all(sorted(sum(e, [])) == list(range(N)) for e in epochs)
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
+    assert ds.epoch == 2  # the last epoch's
+
 @pytest.mark.parametrize('loader, workers', [('plain', 0), ('stateful', 0), ('stateful', 2)])
 @pytest.mark.parametrize('buffer', [8, None])
-def test_an_hf_iterable_dataset_resumes_bit_for_bit_with_a_shuffle_buffer_and_in_the_epochs_after(tmp_path, loader, workers, buffer):
+@pytest.mark.parametrize('ckpt, done', [('checkpoint_0001_000005.pt', 12 + 5), ('checkpoint_0002_000005.pt', 24 + 5)])
+def test_an_hf_iterable_dataset_resumes_bit_for_bit_with_a_shuffle_buffer_and_in_the_epochs_after(tmp_path, loader, workers, buffer, ckpt, done):
     """Its `state_dict` leaves the shuffle buffer out: the resumed epoch gave 7 batches of other rows where the uninterrupted one has 7 (5 of
     its 96 rows never trained, others twice) and, with 2 workers, crashed inside `datasets` (IndexError); and the state it was given stayed
     with the dataset, so every later epoch started at the checkpoint's place too (5 batches lost an epoch, with or without a buffer)"""
@@ -212,8 +225,8 @@ def test_an_hf_iterable_dataset_resumes_bit_for_bit_with_a_shuffle_buffer_and_in
     r, rseen, _ = trainer(make)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter('always')
-        r.fit(3, lr=0.1, valid=False, resume_from=tmp_path/'checkpoint_0001_000005.pt')
-    assert rseen.batches == seen.batches[12 + 5:]
+        r.fit(3, lr=0.1, valid=False, resume_from=tmp_path/ckpt)
+    assert rseen.batches == seen.batches[done:]  # (in epoch 2 too: its own order, the dataset told its epoch on resuming)
     for a, b in zip(weights(t), weights(r)): torch.testing.assert_close(a, b, rtol=0, atol=0)
     notes = [str(w.message) for w in record if 'Resuming inside' in str(w.message)]
     if buffer: assert len(notes) == 1 and 'shuffles through a buffer' in notes[0] and 'replays 5 batches' in notes[0], notes

@@ -14,6 +14,7 @@ from aisaac.callbacks.train import BasicTrainCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.augment import BatchAugmentationCB, RandErase
+from aisaac.core.callback import Callback
 import aisaac.checkpoint, aisaac.callbacks.lr_finder, aisaac.callbacks.summary, aisaac.callbacks.visualize, aisaac.callbacks.preds  # noqa
 
 def make():
@@ -85,3 +86,56 @@ def test_a_transaction_puts_back_gradients_and_each_modules_mode():
     t.lr_find(plot=False, max_epochs=1)
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, t.model.parameters()))
     assert [m.training for m in t.model.modules()] == modes and modes[:3] == [True, True, False]
+
+class _Counts(Callback):
+    "A callback with plain attributes and no `state_dict`: what it counts in a sub-run must not stay"
+    during_lr_find = True
+    def __init__(self): self.batches, self.fits, self.seen = 0, 0, []
+    def before_fit(self, t): self.fits += 1; self.last_lr = t.lr
+    def after_batch(self, t): self.batches += 1; self.seen.append(t.training)
+
+@pytest.mark.parametrize('tool', ['lr_find', 'capture_preds', 'interpretation'])
+def test_each_tool_puts_back_the_plain_attributes_of_callbacks_without_a_state(tool):
+    "Before: the transaction copied the attributes of callbacks with a non-empty `state_dict` only: a counter of batches read 20 after `lr_find` and 10 after `capture_preds` or `Interpretation.from_trainer`, where it was 8 (fits 2, not 1; its `last_lr` the sub-run's)"
+    from aisaac.callbacks.interpret import Interpretation
+    t = make()
+    c = _Counts()
+    t.add_callbacks([c])
+    t.fit(1, lr=1e-2)
+    before = copy.deepcopy(vars(c))
+    {'lr_find': lambda: t.lr_find(plot=False, max_epochs=2), 'capture_preds': lambda: t.capture_preds(),
+     'interpretation': lambda: Interpretation.from_trainer(t)}[tool]()
+    assert vars(c) == before
+
+def test_a_callback_kept_out_of_the_sweep_is_not_entered_at_all():
+    "A callback that declares `during_lr_find=False` runs no handler of the sweep, `around_fit` included. Before: a profiler (`ProfileCB`, `around_fit` at order 0, below `LRFinderCB`'s 100) profiled the sweep: its `stats` after `lr_find` were the sweep's"
+    from aisaac.callbacks.introspect import ProfileCB
+    entered = []
+    class Around(Callback):
+        during_lr_find = False
+        def around_fit(self, t): entered.append(t.lr); yield
+    t = make()
+    t.add_callbacks([Around(), p := ProfileCB()])
+    t.fit(1, lr=1e-2)
+    stats, n = copy.deepcopy(p.stats), len(entered)
+    t.lr_find(plot=False, max_epochs=1)
+    assert len(entered) == n == 1
+    assert p.stats == stats
+
+def test_a_callback_holding_the_models_layers_holds_the_same_layers_after_a_tool():
+    """Attributes that are the model's layers, parameters or hook handles are kept, not copied: a hook recorder still records the live model
+    after `lr_find` and `capture_preds`. Before (once every callback's attributes were copied): the callback's layer, weight and handle
+    after `lr_find` were deep copies, not the model's"""
+    class Holds(Callback):
+        def __init__(self): self.layer, self.seen = None, []
+        def before_fit(self, t):
+            if self.layer is None: self.layer, self.weight = t.model[0], t.model[0].weight; self.handle = t.model[0].register_forward_hook(lambda m, i, o: self.seen.append(1))
+    t = make()
+    t.add_callbacks([h := Holds()])
+    t.fit(1, lr=1e-2)
+    layer, weight, handle = h.layer, h.weight, h.handle
+    t.lr_find(plot=False, max_epochs=1); t.capture_preds()
+    assert h.layer is layer is t.model[0] and h.weight is weight is t.model[0].weight and h.handle is handle
+    n = len(h.seen)
+    t.model(torch.randn(2, 1, 8, 8))
+    assert len(h.seen) == n + 1

@@ -9,19 +9,50 @@ __all__ = ['tfm_batch', 'BatchTransformCB', 'BatchAugmentationCB', 'hflip', 'ran
            'RandomCrop', 'rand_erase', 'RandErase', 'rand_copy', 'RandCopy', 'UnNormalize']
 
 # %% ../../nbs/callbacks/58_augment.ipynb #85bca223
+import collections.abc, copy
 from itertools import zip_longest
 import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core.callback import Callback
+from .train import _target_keys  # (the keys BasicTrainCB takes a dict batch's target from)
 
 # %% ../../nbs/callbacks/58_augment.ipynb #b3515ee2
-def tfm_batch(b:tuple, # a batch: inputs, targets, then anything else
+def tfm_batch(b:tuple, # a batch: inputs, targets, then anything else; or a dict of tensors (the text loaders')
               tfm_x=None, # transform of the inputs; `None`: unchanged
-              tfm_y=None): # transform of the targets; `None`: unchanged
-    "The batch `b` with `tfm_x` applied to its inputs and `tfm_y` to its targets"
+              tfm_y=None, # transform of the targets; `None`: unchanged
+              x_key:str=None, # a dict batch's inputs; default: 'input_ids', or its one key that is not the target
+              y_key:str=None): # a dict batch's targets; default: the first of 'label', 'labels', 'target', 'targets', 'y' (as `BasicTrainCB`'s)
+    "The batch `b` with `tfm_x` applied to its inputs and `tfm_y` to its targets (a dict batch: to the entries `x_key` and `y_key`, the others kept)"
+    if isinstance(b, collections.abc.Mapping): return _tfm_dict(b, tfm_x, tfm_y, x_key, y_key)
+    if isinstance(b, torch.Tensor):
+        raise TypeError(f"tfm_batch got a batch that is one tensor (shape {tuple(b.shape)}), which has no inputs and targets to tell apart: "
+                        f"transform the whole batch with `BatchTransformCB(tfm)`, or make the loader give (inputs, targets) tuples")
     x, y, *rest = b
     return (tfm_x(x) if tfm_x else x, tfm_y(y) if tfm_y else y, *rest)
+
+def _tfm_dict(b, tfm_x, tfm_y, x_key, y_key):
+    "A dict batch with `tfm_x` applied to its inputs' entry and `tfm_y` to its targets' (a copy: the loader's dict is left as it was)"
+    keys = list(b)
+    def check(k, arg):
+        if k not in b: raise KeyError(f"tfm_batch: the dict batch has no {k!r} (its keys: {keys}): give `{arg}=` one of them")
+        return k
+    tk = y_key if y_key is not None else next((k for k in _target_keys if k in b), None)
+    out = copy.copy(b)
+    if tfm_y is not None:
+        if tk is None:
+            raise ValueError(f"tfm_batch got a dict batch with keys {keys} and cannot tell its targets: none is the first of {list(_target_keys)}; "
+                             f"give `y_key=` (e.g. `partial(tfm_batch, tfm_y=..., y_key={keys[-1]!r})`)")
+        out[tk] = tfm_y(b[check(tk, 'y_key')])
+    if tfm_x is not None:
+        if x_key is None:
+            others = [k for k in keys if k != tk]
+            x_key = 'input_ids' if 'input_ids' in b else others[0] if len(others) == 1 else None
+            if x_key is None:
+                raise ValueError(f"tfm_batch got a dict batch with keys {keys} and cannot tell its inputs: none is 'input_ids', and "
+                                 f"{len(others)} are not the target ({tk!r}); give `x_key=` (e.g. `partial(tfm_batch, tfm_x=..., x_key={(others or keys)[0]!r})`)")
+        out[x_key] = tfm_x(b[check(x_key, 'x_key')])
+    return out
 
 class BatchTransformCB(Callback):
     "Replace each training and validation batch by `tfm(batch)` before it is used (`on_train`/`on_valid` choose the passes)"

@@ -9,6 +9,7 @@ __all__ = ['WeightAveragingCB', 'EMACB', 'SWACB']
 
 # %% ../../nbs/callbacks/74_averaging.ipynb #93948a27
 import torch
+import contextlib
 from torch.optim import swa_utils
 from ..core.callback import Callback
 from ..clock import Every
@@ -185,6 +186,18 @@ class EMACB(WeightAveragingCB):
         self.avg, self._pairs = tensors, None
 
 # %% ../../nbs/callbacks/74_averaging.ipynb #234c29d5
+_hook_dicts = ('_forward_hooks', '_forward_hooks_with_kwargs', '_forward_hooks_always_called', '_forward_pre_hooks',
+               '_forward_pre_hooks_with_kwargs', '_backward_hooks', '_backward_pre_hooks')
+
+@contextlib.contextmanager
+def _no_hooks(model):
+    "Inside the block, `model`'s modules have no forward or backward hooks (a copy made there has none: `AveragedModel` deep-copies the model); put back after"
+    saved = [(m, k, d) for m in model.modules() for k in _hook_dicts if (d := getattr(m, k, None))]
+    for m, k, d in saved: setattr(m, k, type(d)())
+    try: yield model
+    finally:
+        for m, k, d in saved: setattr(m, k, d)
+
 class SWACB(WeightAveragingCB):
     "Stochastic weight averaging with torch's `swa_utils`: the plain mean of the weights from `start` on; batch-norm statistics recomputed for it at the end of the fit"
     def __init__(self, start=0.75, # the optimizer step of the run from which to average (`1000`, `'1000 steps'`), or a fraction of the fit's steps (`0.75`)
@@ -211,7 +224,7 @@ class SWACB(WeightAveragingCB):
         self.swa.update_parameters(unwrap_model(trainer.model))
 
     def _make(self, trainer):
-        self.swa = swa_utils.AveragedModel(unwrap_model(trainer.model))
+        with _no_hooks(unwrap_model(trainer.model)) as model: self.swa = swa_utils.AveragedModel(model)
         self.avg = _weights(self.swa.module)[1]
 
     def load_averaged(self, trainer, tensors): # the trainer; the averaged tensors, in the order of the model's weights

@@ -8,6 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/gradients.html.md"""
 __all__ = ['GradAccumCB', 'MicroBatchCB', 'GradClipCB']
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #c01baf4d
+import contextlib
 import torch
 import torch.distributed as dist
 from ..core.callback import Callback, CancelBackwardException, CancelStepException
@@ -160,13 +161,15 @@ class MicroBatchCB(Callback):
         self._full, self._size, self._full_items = trainer.batch, _batch_size(trainer.batch), None
         parts, self._preds, self._losses = _split(trainer.batch, min(self.n_micro, self._size)), [], []
         self._inner = True
+        clock = getattr(trainer, 'clock', None)  # counted the whole batch already: its microbatches are not batches of their own
         try:
-            for self._piece, trainer.batch in parts[:-1]:
-                trainer.run_callbacks(_forward_events)
-                self._keep(trainer)
-                if trainer.model.training:
-                    try: trainer.run_callbacks(_backward_events)
-                    except CancelBackwardException: pass
+            with clock.hold() if clock is not None else contextlib.nullcontext():
+                for self._piece, trainer.batch in parts[:-1]:
+                    trainer.run_callbacks(_forward_events)
+                    self._keep(trainer)
+                    if trainer.model.training:
+                        try: trainer.run_callbacks(_backward_events)
+                        except CancelBackwardException: pass
         finally: self._inner = False
         self._piece, trainer.batch = parts[-1]
 

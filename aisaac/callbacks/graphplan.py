@@ -55,6 +55,10 @@ known_roles = {  # aisaac's callbacks that handle events of every batch, by clas
     'TerminateOnNaNCB': ('sync', _reads_loss), 'LRFinderCB': ('sync', _reads_loss),
     'GradNormCB': ('eager', "reads the gradients in `after_backward`, and in a replayed batch the graph has stepped and zeroed them by then"),
     'MicroBatchCB': ('eager', "runs the steps of each microbatch from its own handler: a Python loop per batch"),
+    'EMACB': 'host',  # `after_step`: whether the step is due is read on the clock, and its two foreach ops are launched on the weights the replay stepped
+    'LossSpikeCB': ('eager', "decides in `before_step` whether the step is taken (a skip, or the step a rollback or a stop cancels) and reads the "
+                             "gradients' norm there, and in a replayed batch the graph has already applied the step and zeroed the gradients: "
+                             "fit without CUDAGraphCB (or without LossSpikeCB)"),
     'AccelerateCB': ('eager', "runs the steps through Accelerate"), 'FSDPCB': ('eager', "shards the model: its gathers run in hooks"),
     'RanksCB': ('eager', "agrees with the other processes at every step"), '_Peek': ('eager', "looks at one batch")}
 

@@ -11,7 +11,10 @@ __all__ = ['init_weights', 'lsuv_init', 'LSUVInitCB']
 import math, warnings
 import torch
 from torch import nn
+import torch.distributed as dist
 from ..core.callback import Callback
+from ..persist import unwrap_model
+from ..ranks import _world_size
 
 # %% ../../nbs/callbacks/57_init.ipynb #061acca4
 _convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -69,6 +72,17 @@ def lsuv_init(model:nn.Module, # the whole model, run on `xb`
 # %% ../../nbs/callbacks/57_init.ipynb #4ed5dbec
 _layers = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
+def _from_rank_0(model):
+    "In a distributed fit, every process takes rank 0's parameters and buffers (each initialised on its own batch; DDP would train from different models)"
+    if _world_size() < 2: return
+    with torch.no_grad():
+        for t in [*unwrap_model(model).parameters(), *unwrap_model(model).buffers()]: dist.broadcast(t.data, 0)
+
+def _uncompiled(model):
+    "The module inside `torch.compile`'s wrappers of `model`: the layers as the user named them (not `_orig_mod.0`), its forward run eagerly"
+    while isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
+    return model
+
 class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
     breaks = {'accumulation': "it initialises the layers from the first batch's statistics, which half a batch gives otherwise"}  # the invariants it does not keep (`aisaac.invariants`), and why
@@ -86,7 +100,7 @@ class LSUVInitCB(Callback):
     def before_predict(self, trainer):
         "On the first training batch: initialise the layers on its inputs"
         if self.done or not trainer.training: return
-        model, xb = trainer.model, trainer.batch[0]
+        model, xb = _uncompiled(trainer.model), trainer.batch[0]  # (`CompileCB`'s wrapper: its layers' names carry `_orig_mod.`, and it has no `[i]`)
         layers = self.modules(model) if callable(self.modules) else self.modules
         if layers is None: layers = [m for m in model.modules() if isinstance(m, _layers)]
         if not layers: raise ValueError("LSUVInitCB found no layer to initialise: the model has no convolution or linear layer; name them with `modules=`")
@@ -94,6 +108,7 @@ class LSUVInitCB(Callback):
         first = getattr(layers[0][0], 'weight', None)
         if isinstance(first, torch.Tensor): self._before = first, first.detach().clone()
         for module, measured in layers: self.stats[_name_in(model, module)] = lsuv_init(model, module, xb, measured, **self.kwargs)
+        _from_rank_0(model)
         self.done = True
 
     def state_dict(self):

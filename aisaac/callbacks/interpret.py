@@ -18,7 +18,8 @@ from ..utils import to_cpu
 from ..plot import show_images
 from ..core.callback import Callback
 from ..overview import CallbackSummary
-from .preds import capture_preds
+from .preds import capture_preds, batch_inputs, item_places, _cat, _count, _place, _rows
+from ..ranks import _world_size, _gather, _fit_group
 from .train import batch_targets
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #52b812e6
@@ -43,25 +44,39 @@ class ItemLossesCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.n, self._losses, self._top = 0, [], None
+        self.n, self._losses, self._top, self._dls = 0, [], None, []
 
     def after_batch(self, trainer):
         "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device); not an evaluation set's (`EvalSetsCB`: other items, numbered apart)"
         if getattr(trainer, 'eval_set', None) is not None: return
-        x, losses = trainer.batch[0], item_losses(trainer.loss_func, trainer.preds.detach(), batch_targets(trainer)).detach()
+        x, losses = batch_inputs(trainer), item_losses(trainer.loss_func, trainer.preds.detach(), batch_targets(trainer)).detach()
         idxs = torch.arange(self.n, self.n + len(losses), device=losses.device)
         self.n += len(losses)
         self._losses.append(losses)
-        if not (self.keep and isinstance(x, torch.Tensor)): return  # (inputs that are not one tensor: only the losses)
-        new = (losses, idxs, x) if self._top is None else tuple(torch.cat(o) for o in zip(self._top, (losses, idxs, x)))
+        if not any(dl is trainer.dl for dl in self._dls): self._dls.append(trainer.dl)
+        if not (self.keep and (isinstance(x, torch.Tensor) or (isinstance(x, dict) and x))): return  # (other inputs: only the losses)
+        new = (losses, idxs, x) if self._top is None else tuple(_cat(o) for o in zip(self._top, (losses, idxs, x)))
         best = new[0].topk(min(self.keep, len(new[0]))).indices
-        self._top = tuple(o[best] for o in new)
+        self._top = tuple(_rows(o, best) for o in new)
 
-    def after_fit(self, trainer):
-        "Bring them to the CPU, once"
-        self.losses = to_cpu(torch.cat(self._losses)) if self._losses else None
-        self.top_idxs, self.top_inputs = (None, None) if self._top is None else map(to_cpu, self._top[1:])
-        self._losses, self._top = [], None
+    def cleanup_fit(self, trainer):
+        "Bring them to the CPU, once, also when the fit ended early; in a distributed fit, join every process's, numbered in the loader's order"
+        if not hasattr(self, '_losses'): return  # (the fit ended before it started)
+        losses = to_cpu(_cat(self._losses))
+        top = None if self._top is None else tuple(map(to_cpu, self._top))
+        dl, self._losses, self._top = (self._dls[0] if len(self._dls) == 1 else None), [], None
+        if _world_size() < 2 or trainer.outcome not in ('ok', 'cancelled'):
+            self.losses, (self.top_idxs, self.top_inputs) = losses, (None, None) if top is None else top[1:]
+            return
+        every = _gather((losses, top), group=_fit_group(trainer))
+        places, n = item_places(dl, [_count(l) for l, _ in every])
+        self.losses = _place([l for l, _ in every], places, n)
+        tops = [(t[0], where[t[1]], t[2]) for (_, t), where in zip(every, places) if t is not None]  # each process's best, numbered in the joined order
+        if not tops: self.top_idxs = self.top_inputs = None; return
+        ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
+        real = (idxs < n).nonzero().flatten()  # (not a padding item a `DistributedSampler` repeated)
+        best = real[ls[real].topk(min(self.keep, len(real))).indices]
+        self.top_idxs, self.top_inputs = idxs[best], _rows(xs, best)
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #6f5bcf5d
 class _Losses(CallbackSummary): headers, empty = ('item', 'predicted', 'actual', 'loss', 'probability'), 'no item'

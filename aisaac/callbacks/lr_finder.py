@@ -56,6 +56,14 @@ class _ModelState:
         for m, training in self.modes: m.training = training
 
 # %% ../../nbs/callbacks/51_lr_finder.ipynb #a812e9cc
+class _SweepOnly(Callback):
+    "`LRFinderCB`'s member, first of all: only the callbacks that work on the batch run during the sweep, and the others start nothing (not even their `around_fit`, which may come before the finder's)"
+    order = -10**9
+    def __init__(self, finder): self.finder = finder
+    def around_fit(self, trainer):
+        trainer.switch_off([cb for cb in trainer.cbs if cb not in (self, self.finder) and not _runs_during_lr_find(cb)])  # on again when the fit ends
+        yield
+
 def _smooth(values, width=5):
     "Centred moving average over `width` points (fewer at the ends)"
     v, h = np.asarray(values, dtype=float), width // 2
@@ -73,11 +81,11 @@ class LRFinderCB(Callback):
         if not self.lr_mult > 1: raise ValueError(f"lr_mult must be > 1 for the LR to grow (got {self.lr_mult}): the usual value is 1.3")
         if not max_mult > 1: raise ValueError(f"max_mult must be > 1 (got {max_mult}): the sweep stops when the loss exceeds max_mult x its minimum; try 3")
         self.max_mult, self.plot_at_end, self.lrs, self.losses, self._saved = max_mult, plot, [], [], None
+        self.callbacks = [_SweepOnly(self)]  # switches the others off before any of them starts
 
     def around_fit(self, trainer):
-        "Save the model, the fit's optimizer and the random states; only the callbacks that work on the batch run during the sweep"
+        "Save the model, the fit's optimizer and the random states"
         if self.restore: self._saved = (_ModelState(trainer.model), trainer.opt, _copy_state(trainer.opt.state_dict()), _rng_states())
-        trainer.switch_off([cb for cb in trainer.cbs if cb is not self and not _runs_during_lr_find(cb)])  # on again when the fit ends
         yield
 
     def before_fit(self, trainer):

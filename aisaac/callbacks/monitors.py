@@ -69,6 +69,14 @@ class LRMonitorCB(Callback):
         self._steps.append(trainer.clock.step)
         _record(trainer, values, trainer.clock.step - 1, 'batch')  # numbered from 0, as the history numbers batches
 
+    def state_dict(self):
+        "The rates recorded so far and their steps (copies): a resumed fit's records are the uninterrupted fit's"
+        return {'recs': {k: list(v) for k, v in self.recs.items()}, 'steps': list(self._steps)} if self._steps else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's records"
+        if state: self.recs, self._steps = {k: list(v) for k, v in state['recs'].items()}, list(state['steps'])
+
     def void_batches(self, trainer):
         "Drop the rates of the steps undone (after the clock's step: a rollback put it back); the history's went back with the state"
         n = sum(s <= trainer.clock.step for s in self._steps)
@@ -238,8 +246,9 @@ class GradNormCB(Callback):
         self.per_layer, self.pending = per_layer, []
 
     def after_backward(self, trainer):
-        "Compute the norms on the device and keep them in the history"
-        named = [(n, p.grad) for n, p in trainer.model.named_parameters() if p.grad is not None]
+        "Compute the norms on the device and keep them in the history (once a batch: a microbatch's backward but the last gives part of its gradients)"
+        if trainer.clock.held: return  # (`MicroBatchCB`: the batch's gradients are whole after its last microbatch)
+        named = [(n, p.grad) for n, p in unwrap_model(trainer.model).named_parameters() if p.grad is not None]  # (the names without `_orig_mod.` or `module.`)
         if not named: return
         norms = torch.stack([torch.linalg.vector_norm(g) for _, g in named])
         total = torch.linalg.vector_norm(norms)

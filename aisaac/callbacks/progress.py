@@ -40,13 +40,14 @@ class ProgressCB(Callback):
                  refresh:float=0.5, # seconds between two readings of the loss for the bar and the graph
                  bars:bool=None, # draw bars; default: in a notebook or a terminal, not in a file or pipe
                  times:bool=False): # add a `time` column: each epoch's wall time (mm:ss), its training and validation passes
-        self.plot, self.refresh, self.show_bars, self.times = plot, refresh, bars, times
+        self.plot, self.refresh, self.show_bars, self.times, self._counts = plot, refresh, bars, times, []
 
     def before_fit(self, trainer):
         "Wrap the epochs in a master bar, when bars can be drawn"
         self.bars, self._mbar = (bool(IN_NOTEBOOK) or sys.stdout.isatty()) if self.show_bars is None else self.show_bars, None
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
+        self._counts = []  # the clock's count of batches at each loss kept for the graph: a void batch's is dropped
         self.rows = 0  # the rows of this fit in the table
 
     def before_epoch(self, trainer):
@@ -59,11 +60,20 @@ class ProgressCB(Callback):
 
     def after_batch(self, trainer):
         "Keep the training loss for the graph; show the loss and redraw now and then"
-        if self.plot and trainer.training: self._pending.append(trainer.loss.detach())
+        if self.plot and trainer.training:
+            self._pending.append(trainer.loss.detach())
+            self._counts.append(c.micro_step if (c := getattr(trainer, 'clock', None)) is not None else 0)
         if not self.bars or time.monotonic() - self.last < self.refresh: return
         self.last = time.monotonic()
         trainer.dl.comment = f'{trainer.loss.item():.3f}'
         if self.plot: self._redraw()
+
+    def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
+        "Drop the graph's points of the void batches (a step skipped, a rollback: those the clock counted after `first`), as the other records do"
+        n = sum(c > first for c in self._counts)  # (the last ones kept)
+        if not n: return
+        self._read()
+        del self._counts[-n:], self.train_losses[-n:]
 
     def log_metrics(self, trainer, metrics:dict): # the epoch's row from `MetricsCB`
         "Write the epoch's row in the table (with its time, if `times`); put its validation loss on the graph"
@@ -108,7 +118,7 @@ class ProgressCB(Callback):
         self._read()
         return self.train_losses
     @losses.setter
-    def losses(self, v): self.train_losses, self._pending = list(v), []
+    def losses(self, v): self.train_losses, self._pending, self._counts = list(v), [], []
 
     def _write(self, cells):
         if self.bars: self.mbar.write(cells, table=True)

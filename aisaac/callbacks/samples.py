@@ -79,6 +79,14 @@ class SampleCB(Callback):
         "A resumed run: count `every` from the clock of the checkpoint"
         self.every.start(trainer.clock)
 
+    def state_dict(self):
+        "The samples so far, `(step, text)` (a copy): a resumed fit's are the uninterrupted fit's"
+        return {'samples': [list(s) for s in self.samples]} if self.samples else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's samples"
+        if state: self.samples = [tuple(s) for s in state['samples']]
+
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
         "After a training batch, sample when `every` is due"
         if at == 'batch' and self.every.due(trainer.clock): self.sample(trainer)

@@ -9,7 +9,7 @@ __all__ = ['checkpoints', 'checkpoint_problem', 'last_checkpoint', 'CheckpointCB
            'PreemptionCB', 'SaveBestModelCB']
 
 # %% ../../nbs/callbacks/70_savers.ipynb #16d7654c
-import hashlib, math, os, re, secrets, shutil, signal, threading, warnings
+import hashlib, math, os, re, secrets, shutil, signal, stat, threading, warnings
 from pathlib import Path
 import fsspec
 import torch
@@ -35,10 +35,16 @@ def _file_name(trainer):
     if trainer.steps is not None and not getattr(trainer, 'sync_gradients', True): name += f'_batch_{trainer.clock.micro_step:06d}'  # inside a window
     return name + getattr(trainer.checkpoint_engine, 'suffix', '.pt')  # ('.pt', a file; '', a sharded checkpoint's folder)
 
+def _stat(p):
+    "`p`'s `stat`, or `None` if it is gone (a checkpoint listed, then removed by another process's `keep_last`)"
+    try: return p.stat()
+    except FileNotFoundError: return None
+
 def checkpoints(dir): # a folder `CheckpointCB` writes to
-    "The checkpoints `CheckpointCB` wrote in `dir` (files, and the folders of sharded checkpoints), oldest first"
-    files = [p for p in Path(dir).glob('checkpoint_*') if _ckpt_name.fullmatch(p.name) and p.is_dir() == (p.suffix != '.pt')]
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    "The checkpoints `CheckpointCB` wrote in `dir` (files, and the folders of sharded checkpoints), oldest first; one removed while the folder is read is left out"
+    found = [(s, p) for p in Path(dir).glob('checkpoint_*') if _ckpt_name.fullmatch(p.name) and (s := _stat(p)) is not None
+             and stat.S_ISDIR(s.st_mode) == (p.suffix != '.pt')]
+    return [p for s, p in sorted(found, key=lambda sp: (sp[0].st_mtime_ns, sp[1].name))]
 
 def checkpoint_problem(path): # a checkpoint file
     "Why the file (or folder) at `path` cannot be resumed from (truncated, damaged, unfinished, not an aisaac checkpoint), or `None` if it is whole"

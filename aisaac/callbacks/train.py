@@ -15,6 +15,8 @@ from fastcore.basics import patch
 from ..core.callback import Callback, CancelFitException
 from ..utils import def_device, exact_device, to_device
 from ..persist import unwrap_model
+import torch.distributed as dist
+from ..ranks import _world_size
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26
 _unread = object()  # no loader yet
@@ -45,7 +47,8 @@ class BasicTrainCB(Callback):
         b = trainer.batch
         trainer.loss = trainer.loss_func(trainer.preds, b[1]) if self._pair else trainer.loss_func(trainer.preds, *self._targets(b))
     def backward(self, trainer):
-        "Compute the gradients: `loss.backward()`"
+        "Compute the gradients: `loss.backward()` (in a distributed fit, a mean over tokens weighted so that each token of the global batch counts once)"
+        if (factor := self._token_weight(trainer)) is not None: trainer.loss.register_hook(lambda g: g * factor.to(g.dtype))
         trainer.loss.backward()
     def step(self, trainer):
         "Update the weights: `opt.step()`"
@@ -198,6 +201,27 @@ def count_items(targets, # a batch's targets, as the loss function gets them
         if first is not None: return len(first)
     return len(targets)
 
+def _averages_gradients(model):
+    "Whether the processes' gradients of `model` are averaged at its backward: DistributedDataParallel, or a model sharded by FSDP"
+    from ..dcp import is_sharded
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel) or is_sharded(model)
+
+@patch
+def _token_weight(self:BasicTrainCB, trainer): # the trainer, after this batch's loss
+    "The weight of this process's gradients when its loss is a mean over tokens and the processes' gradients are averaged (DDP, FSDP): its tokens x processes / every process's tokens, so that each token of the global batch counts once, as on one process; `None` otherwise (one process, batches of samples, or `GradAccumCB`, which weighs the tokens itself). Once a batch (a collective, on the device)"
+    if _world_size() < 2 or not trainer.model.training or not _averages_gradients(trainer.model): return None
+    if any(type(cb).__name__ == 'GradAccumCB' for cb in trainer.cbs): return None
+    micro = next((cb for cb in trainer.cbs if type(cb).__name__ == 'MicroBatchCB' and getattr(cb, '_full', None) is not None), None)
+    batch = trainer.batch if micro is None else micro._full  # (`MicroBatchCB` weighs each microbatch within its batch)
+    if (w := self.__dict__.get('_weighed')) is not None and w[0] is batch: return w[1]
+    items = self.loss_items(trainer, batch=batch)
+    factor = None
+    if isinstance(items, torch.Tensor):
+        dist.all_reduce(total := items.clone())
+        factor = items * _world_size() / total.clamp(min=1)
+    self._weighed = (batch, factor)
+    return factor
+
 @patch
 def loss_items(self:BasicTrainCB, trainer, # the trainer, after this batch's forward pass
                targets=None, # the batch's targets, if the caller has them already
@@ -247,6 +271,26 @@ class MomentumTrainCB(BasicTrainCB):
         with torch.no_grad():
             for p in trainer.model.parameters():
                 if p.grad is not None: p.grad *= self.momentum
+    def before_fit(self, trainer):
+        "Keep the model, whose gradients `state_dict` saves"
+        self._model = trainer.model
+    def state_dict(self):
+        "The gradients kept for the next step, by parameter name (a copy): a checkpoint resumes them"
+        model = self.__dict__.get('_model')
+        if model is None: return {}
+        return {'grads': {k: p.grad.detach().clone() for k, p in unwrap_model(model).named_parameters() if p.grad is not None}}
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Keep the checkpoint's gradients, put back once the checkpoint is loaded (after the fit's start has cleared them)"
+        self._grads = state.get('grads') or None
+    def after_load_checkpoint(self, trainer):
+        "Put the kept gradients back on the parameters"
+        grads, self._grads = self.__dict__.get('_grads'), None
+        if not grads: return
+        params = dict(unwrap_model(trainer.model).named_parameters())
+        if missing := [k for k in grads if k not in params]:
+            raise KeyError(f"MomentumTrainCB resumes gradients of {missing[:3]}, which the model lacks: resume with the same model")
+        with torch.no_grad():
+            for k, g in grads.items(): params[k].grad = g.to(params[k].device, params[k].dtype).clone()
 
 # %% ../../nbs/callbacks/40_train.ipynb #34045bfb
 class DeviceCB(Callback):

@@ -1,0 +1,150 @@
+"Two features that are exact alone and must stay exact together (issue 46): each test names the figure seen before its fix."
+import pytest
+import torch
+from torch import nn
+
+from aisaac.core.callback import Callback
+from aisaac.trainer import Trainer
+from aisaac.data import DataLoaders, TensorLoader
+from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.gradients import MicroBatchCB
+
+torch.manual_seed(0)
+X, Y = torch.randn(32, 5), torch.randn(32, 2)
+
+def _model():
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2))
+
+# ---- 1. MicroBatchCB and the trainer's clock
+
+class Clocks(Callback):
+    "The clock after each training batch, and the per-batch rows the loggers get"
+    order = 200
+    def before_fit(self, t): self.seen, self.logged = [], []
+    def after_batch(self, t):
+        if t.model.training: self.seen.append({k: v for k, v in t.clock.state_dict().items() if k != 'seconds'})
+    def log(self, t, metrics, step, per):
+        if per == 'batch': self.logged.append((sorted(metrics), step))
+
+def _clock_fit(tmp_path, *cbs, name='a'):
+    from aisaac.callbacks.savers import CheckpointCB, checkpoints
+    from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+    from aisaac.callbacks.monitors import LRMonitorCB, GradNormCB
+    from aisaac.callbacks.metrics import MetricsCB
+    clocks = Clocks()
+    ckpt = CheckpointCB(tmp_path/name, every_n_epochs=None, every='16 samples', keep_last=None)
+    t = Trainer(DataLoaders(TensorLoader(X, Y, bs=8), TensorLoader(X, Y, bs=8)), nn.MSELoss(), torch.optim.SGD, _model(),
+                callbacks=[BasicTrainCB(), MetricsCB(), WarmupCosineSchedulerCB(warmup=2), LRMonitorCB(), GradNormCB(per_layer=False),
+                           ckpt, clocks, *cbs])
+    t.fit(1, lr=0.1, valid=False)
+    return t, clocks, [p.name for p in checkpoints(tmp_path/name)]
+
+def test_micro_batches_count_each_batch_once_on_the_clock(tmp_path):
+    """4 steps of batch 8, each batch in 2 microbatches: the clock read micro_step 8 / samples 48 (each microbatch but the last
+    counted again), where the same fit without MicroBatchCB reads 4 / 32; its `every='16 samples'` checkpoints, the loggers' batch
+    rows and the schedule must be the fit's without microbatches"""
+    ref, ref_clocks, ref_files = _clock_fit(tmp_path, name='ref')
+    t, clocks, files = _clock_fit(tmp_path, MicroBatchCB(2), name='micro')
+    assert (t.clock.micro_step, t.clock.samples, t.clock.step) == (ref.clock.micro_step, ref.clock.samples, ref.clock.step) == (4, 32, 4)
+    assert clocks.seen == ref_clocks.seen
+    assert files == ref_files and len(files) == 2
+    assert clocks.logged == ref_clocks.logged
+    assert [g['lr'] for g in t.opt.param_groups] == pytest.approx([g['lr'] for g in ref.opt.param_groups])
+    names = ref.history.get_metric_names('batch')
+    assert names and t.history.get_metric_names('batch') == names
+    for k in names: assert t.history.get_metric_steps(k, per='batch') == ref.history.get_metric_steps(k, per='batch')
+    assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(t.model.parameters(), ref.model.parameters()))
+
+# ---- 5. tfm_batch on a dict batch (the text loaders' batches)
+
+def _dict_batch():
+    torch.manual_seed(0)
+    return {'input_ids': torch.randint(0, 10, (4, 6)), 'attention_mask': torch.ones(4, 6, dtype=torch.long), 'labels': torch.randint(0, 10, (4, 6))}
+
+def test_tfm_batch_transforms_the_inputs_and_targets_of_a_dict_batch():
+    """`x, y, *rest = b` unpacked a dict's keys: tfm_batch(b, tfm_x=f) called f on the string 'input_ids' (TypeError: neg(): argument
+    'input' (position 1) must be Tensor, not str), and tfm_batch(b, tfm_y=None) gave ('input_ids', 'attention_mask', 'labels'), the keys, as the batch. It must transform
+    the inputs ('input_ids') and the targets ('labels', as BasicTrainCB finds them) and keep the rest"""
+    from aisaac.callbacks.augment import tfm_batch
+    b = _dict_batch()
+    out = tfm_batch(b, tfm_x=torch.neg)
+    assert isinstance(out, dict) and list(out) == list(b)
+    assert torch.equal(out['input_ids'], -b['input_ids']) and out['labels'] is b['labels'] and out['attention_mask'] is b['attention_mask']
+    out = tfm_batch(b, tfm_y=lambda y: y + 1)
+    assert torch.equal(out['labels'], b['labels'] + 1) and out['input_ids'] is b['input_ids']
+    out = tfm_batch(b, tfm_x=torch.neg, x_key='attention_mask', tfm_y=torch.neg, y_key='input_ids')
+    assert torch.equal(out['attention_mask'], -b['attention_mask']) and torch.equal(out['input_ids'], -b['input_ids'])
+    assert torch.equal(tfm_batch({'x': b['labels'], 'y': b['input_ids']}, tfm_x=torch.neg)['x'], -b['labels'])  # the one key not the target
+    assert tfm_batch(b) == b and tfm_batch(b) is not b
+
+def test_tfm_batch_refuses_a_dict_batch_it_cannot_read_naming_the_fix():
+    "Keys it cannot tell the inputs or the targets among: refused, naming the keys and the argument to give (before: an obscure failure)"
+    from aisaac.callbacks.augment import tfm_batch
+    b = _dict_batch()
+    with pytest.raises(ValueError, match=r"tfm_batch got a dict batch with keys \['pixels', 'mask', 'labels'\] and cannot tell its inputs: .*x_key="):
+        tfm_batch({'pixels': b['input_ids'], 'mask': b['attention_mask'], 'labels': b['labels']}, tfm_x=torch.neg)
+    with pytest.raises(ValueError, match=r"cannot tell its targets: .*first of \['label', 'labels', 'target', 'targets', 'y'\].*y_key="):
+        tfm_batch({'input_ids': b['input_ids']}, tfm_y=torch.neg)
+    with pytest.raises(KeyError, match=r"tfm_batch: the dict batch has no 'pixels' \(its keys: \['input_ids', 'attention_mask', 'labels'\]\)"):
+        tfm_batch(b, tfm_x=torch.neg, x_key='pixels')
+    with pytest.raises(TypeError, match=r"tfm_batch got a batch that is one tensor .*BatchTransformCB\(tfm\)"):
+        tfm_batch(b['input_ids'], tfm_x=torch.neg)
+
+def test_a_fit_on_dict_batches_with_a_batch_transform():
+    "BatchTransformCB(partial(tfm_batch, tfm_x=...)) on a loader of dict batches: the model gets the transformed inputs (before: a TypeError)"
+    from functools import partial
+    from aisaac.callbacks.augment import BatchTransformCB, tfm_batch
+    seen = []
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__(); self.emb = nn.Embedding(10, 10)
+        def forward(self, x):
+            seen.append(x.clone()); return self.emb(x).transpose(1, 2)
+    b = _dict_batch()
+    dl = [{'input_ids': b['input_ids'], 'labels': b['labels']}] * 2
+    import types
+    t = Trainer(types.SimpleNamespace(train=dl, valid=dl), nn.CrossEntropyLoss(), torch.optim.SGD, Emb(),
+                callbacks=[BasicTrainCB(), BatchTransformCB(partial(tfm_batch, tfm_x=lambda x: 9 - x))])
+    t.fit(1, lr=0.1)
+    assert len(seen) == 4 and all(torch.equal(s, 9 - b['input_ids']) for s in seen)
+
+# ---- 6. LSUVInitCB (and what matches modules or parameters by name) with CompileCB
+
+def _conv_fit(*cbs, compiled=False):
+    import types
+    from aisaac.callbacks.compilation import CompileCB
+    from aisaac.models import get_model_conv
+    g = torch.Generator().manual_seed(0)
+    b = [(torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(2)]
+    torch.manual_seed(0)
+    model = get_model_conv()
+    t = Trainer(types.SimpleNamespace(train=b, valid=b[:1]), nn.CrossEntropyLoss(), torch.optim.SGD, model,
+                callbacks=[BasicTrainCB(), *cbs, *([CompileCB(backend='eager')] if compiled else [])])
+    t.fit(1, lr=0.1)
+    return t, model
+
+@pytest.mark.parametrize('modules', [None, 'pairs', 'list'])
+def test_lsuv_init_cb_is_the_same_with_and_without_compile_cb(modules):
+    """Under CompileCB the trainer's model is torch.compile's wrapper: LSUVInitCB named its layers '_orig_mod.0.0' ... (its stats keyed so,
+    where without CompileCB they are '0.0' ...), and `modules=lambda m: [(l[0], l[1]) for l in m[:4]]` failed ('OptimizedModule' object is
+    not subscriptable). It must initialise the same layers the same way, under the same names, and the fit's weights be the same"""
+    from aisaac.callbacks.init import LSUVInitCB
+    from aisaac.models import get_model_conv
+    def cb():
+        if modules == 'pairs': return LSUVInitCB(modules=lambda m: [(l[0], l[1]) for l in m[:4]])
+        return LSUVInitCB(modules=None if modules is None else lambda m: [m[0][0], m[1][0]])
+    ref, ref_model = _conv_fit(ref_cb := cb())
+    t, model = _conv_fit(comp_cb := cb(), compiled=True)
+    assert list(comp_cb.stats) == list(ref_cb.stats) and list(ref_cb.stats)[0] == '0.0'
+    for k, v in ref_cb.stats.items(): assert comp_cb.stats[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    for (k, p), (k0, p0) in zip(model.state_dict().items(), ref_model.state_dict().items()):
+        assert k == k0 and torch.allclose(p, p0, atol=1e-5), k
+
+def test_per_layer_gradient_norms_have_the_same_names_with_compile_cb():
+    "GradNormCB(per_layer=True) read the compiled wrapper's parameter names: 'grad_norm/_orig_mod.0.0.weight' where without CompileCB 'grad_norm/0.0.weight'"
+    from aisaac.callbacks.monitors import GradNormCB
+    ref, _ = _conv_fit(GradNormCB())
+    t, _ = _conv_fit(GradNormCB(), compiled=True)
+    names = ref.history.get_metric_names('batch')
+    assert 'grad_norm/0.0.weight' in names and t.history.get_metric_names('batch') == names
