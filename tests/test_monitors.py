@@ -349,3 +349,13 @@ def test_a_checkpoint_inside_an_epoch_keeps_the_gradient_norms_not_yet_sent_to_t
     from aisaac.callbacks.loggers import JSONLinesLogger
     case = Case(callbacks=lambda folder: [MetricsCB(show=False), GradNormCB(), JSONLinesLogger(folder/'log.jsonl')])
     assert check_resume(case, points=[('epochs', 1, 2)]) == []
+
+def test_a_resumed_json_lines_file_keeps_the_uninterrupted_fits_order_of_gradient_norms_and_rates():
+    """Found by the invariance harness's CI sample after the junction merge (JSONLinesLogger + LRMonitorCB + GradNormCB under `resume`):
+    GradNormCB sent the norms it held to the loggers before a checkpoint inside a pass, so the resumed file had them before LRMonitorCB's
+    lines of the next steps, where the uninterrupted fit writes them at the pass's end (line 17 of 26: step 9's rate against step 6's norms)"""
+    from aisaac.invariants import Case, check_resume
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.loggers import JSONLinesLogger
+    case = Case(callbacks=lambda folder: [MetricsCB(show=False), JSONLinesLogger(folder/'log.jsonl'), LRMonitorCB(), GradNormCB()])
+    assert check_resume(case, points=[('epochs', 1, 2), ('steps', 0, 3)]) == []

@@ -264,18 +264,23 @@ class GradNormCB(Callback):
         self.pending = [e for e in self.pending if e[0] < first]
         trainer.history.forget([n for n in trainer.history.batch_metric_names if n == 'grad_norm' or n.startswith('grad_norm/')], first)
 
-    def before_save_checkpoint(self, trainer):
-        "Send the norms so far to the loggers before a checkpoint inside a pass takes their state: a resumed fit cuts their files back to it"
-        self.cleanup_train(trainer)
+    def state_dict(self):
+        "The norms not yet sent to the loggers (read from the device), for a checkpoint inside a pass: the resumed fit sends them at the pass's end, where the uninterrupted fit does (the loggers' files keep its order)"
+        return {'pending': [[s, list(n), v.float().cpu().tolist() if isinstance(v, torch.Tensor) else list(v)] for s, n, v in self.pending]} if self.pending else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Hold the checkpoint's norms not yet sent, to send at the pass's end"
+        self.pending = [(s, list(n), list(v)) for s, n, v in state.get('pending', [])]
 
     def cleanup_train(self, trainer):
-        "Send the pass's norms to the loggers, read from the device at once"
+        "Send the pass's norms to the loggers, read from the device at once (those a checkpoint kept are read already)"
         pending, self.pending = self.pending, []
         if not pending: return
-        read = torch.cat([v for _, _, v in pending]).float().cpu().tolist()
+        on_device = [v for _, _, v in pending if isinstance(v, torch.Tensor)]
+        read = torch.cat(on_device).float().cpu().tolist() if on_device else []
         for step, names, v in pending:
-            trainer.log(dict(zip(names, read[:len(v)])), step=step, per='batch')
-            read = read[len(v):]
+            if isinstance(v, torch.Tensor): v, read = read[:len(v)], read[len(v):]
+            trainer.log(dict(zip(names, v)), step=step, per='batch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #9566f9a9
 def _rss():
