@@ -90,8 +90,10 @@ from .callbacks.reward import *
 from .callbacks.distill import *
 from .callbacks.topk import *
 from .groups import *
+from .compare import *
+from .invariants import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, chunked, pairs, groups
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, chunked, pairs, groups, compare, invariants, coverage
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs, chunked as callbacks_chunked, preference, reward, distill, topk
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -174,8 +176,11 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     distill,
     topk,
     groups,
+    compare,
+    invariants,
+    coverage,  # (the catalogue's coverage: a tool of the tests, `import aisaac.coverage`; its names stay out of the star import)
 )
-__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module is not core_trainer and module is not core_dispatch for name in module.__all__]
+__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module not in (core_trainer, core_dispatch, coverage) for name in module.__all__]
 
 # %% ../nbs/99_all.ipynb #fb3941bd
 _users_names = {'GPT', 'GPTConfig', 'GPTBlock', 'Block', 'CausalSelfAttention', 'MLP', 'LayerNorm', 'Model'}  # (a user's model file defines them)

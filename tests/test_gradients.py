@@ -350,3 +350,10 @@ def test_clip_is_bit_identical_to_a_hand_written_loop_with_nanogpts_groups():
     first = next((i for i, (a, b) in enumerate(zip(rec.got, losses)) if a != b), None)
     assert first is None, f"the losses part at step {first}: {rec.got[first]} against {losses[first]} (diff {abs(rec.got[first] - losses[first]):.2g})"
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters()))
+
+def test_a_window_resumed_with_momentum_train_cb_keeps_its_gradients_once():
+    "Found by the invariance harness (MomentumTrainCB + GradAccumCB under resume, stopped after batch 2 of epoch 1, inside a window): both put the checkpoint's gradients back, MomentumTrainCB setting them and GradAccumCB adding its copy, so the resumed window's gradients were doubled (weights up to 0.0122 from the uninterrupted fit)"
+    from aisaac.callbacks.train import MomentumTrainCB
+    from aisaac.invariants import Case, check_resume
+    case = Case(callbacks=lambda folder: [MetricsCB(acc=MulticlassAccuracy(num_classes=3), show=False), MomentumTrainCB(), GradAccumCB(2)])
+    assert check_resume(case, points=[('epochs', 1, 2)]) == []

@@ -136,7 +136,7 @@ def test_lsuv_cb_first_training_batch_only_once():
     assert all(not torch.equal(initial[k], at_first[k]) for k in convs)
     assert all(torch.equal(initial[k], at_first[k]) for k in initial if k not in convs)  # batchnorms and their running stats untouched
     assert len(cb.stats) == 5 and all(abs(s - 1) < 1e-3 for _, s in cb.stats.values())
-    assert cb.done and cb.state_dict() == {'done': True}
+    assert cb.done and cb.state_dict() == {'done': True, 'stats': {k: list(v) for k, v in cb.stats.items()}}  # the report goes into checkpoints too
     t.fit(1, lr=0.)
     assert torch.equal(snap.states[3]['0.0.weight'], at_first['0.0.weight'])  # no second initialisation
     cb2 = LSUVInitCB(); cb2.load_state_dict({'done': True})
@@ -196,3 +196,9 @@ def test_lsuv_cb_on_a_linear_model():
     xb = t.dls.train[0][0]
     out = t.model(xb)
     assert abs(out.mean().item()) < 1e-3 and abs(out.std().item() - 1) < 1e-3
+
+def test_a_resumed_fit_keeps_the_initialisations_report():
+    """Found by the invariance harness (issue 51: LSUVInitCB under `resume`): `stats`, each layer's (mean, std) after the initialisation, was in
+    no checkpoint, so after a resume it was empty ({'0': ..., '3': ...} straight, {} resumed) while `done` said the initialisation had run"""
+    from aisaac.coverage import check
+    assert check(['LSUVInitCB'], 'resume') == []

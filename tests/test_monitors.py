@@ -339,3 +339,23 @@ def test_the_peak_of_known_gpus():
     assert monitors.gpu_peak_flops('NVIDIA L4') == 121e12 and monitors.gpu_peak_flops('NVIDIA L40S') == 362e12
     assert monitors.gpu_peak_flops('NVIDIA A10') == 125e12 and monitors.gpu_peak_flops('NVIDIA A10G') is None
     assert monitors.gpu_peak_flops('Some Future GPU') is None
+
+def test_a_checkpoint_inside_an_epoch_keeps_the_gradient_norms_not_yet_sent_to_the_loggers():
+    """Found by the invariance harness (issue 51: JSONLinesLogger + GradNormCB under `resume`, stopped after batch 2 of epoch 1): GradNormCB
+    sends a pass's norms to the loggers at the pass's end, and those of the batches before a checkpoint inside the epoch were in no
+    state, so the resumed fit's JSON-lines file lacked the lines of steps 6-8 (11 lines instead of 14, 2,239 bytes instead of 2,914)"""
+    from aisaac.invariants import Case, check_resume
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.loggers import JSONLinesLogger
+    case = Case(callbacks=lambda folder: [MetricsCB(show=False), GradNormCB(), JSONLinesLogger(folder/'log.jsonl')])
+    assert check_resume(case, points=[('epochs', 1, 2)]) == []
+
+def test_a_resumed_json_lines_file_keeps_the_uninterrupted_fits_order_of_gradient_norms_and_rates():
+    """Found by the invariance harness's CI sample after the junction merge (JSONLinesLogger + LRMonitorCB + GradNormCB under `resume`):
+    GradNormCB sent the norms it held to the loggers before a checkpoint inside a pass, so the resumed file had them before LRMonitorCB's
+    lines of the next steps, where the uninterrupted fit writes them at the pass's end (line 17 of 26: step 9's rate against step 6's norms)"""
+    from aisaac.invariants import Case, check_resume
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.loggers import JSONLinesLogger
+    case = Case(callbacks=lambda folder: [MetricsCB(show=False), JSONLinesLogger(folder/'log.jsonl'), LRMonitorCB(), GradNormCB()])
+    assert check_resume(case, points=[('epochs', 1, 2), ('steps', 0, 3)]) == []

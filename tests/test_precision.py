@@ -129,3 +129,13 @@ def test_miniai_mixed_precision_trains_alone():
 
 def test_bad_dtype():
     with pytest.raises(ValueError, match='bfloat16 or torch.float16'): MixedPrecisionCB(torch.float32)
+
+def test_two_autocast_callbacks_are_refused_before_they_leave_autocast_on_for_the_process():
+    """Found by the invariance harness (issue 51: MixedPrecisionCB + MixedPrecision under `resume`, then every callback under `accumulation`
+    differed by 1.7e-4, bfloat16's rounding): each callback entered `torch.autocast` in `before_predict` and closed it in `after_loss` in the
+    same order, so the second one's exit put back the first one's autocast, which stayed on in the process after the fit"""
+    from aisaac.invariants import tiny_trainer
+    from aisaac.callbacks.precision import MixedPrecisionCB, MixedPrecision
+    t = tiny_trainer([MixedPrecisionCB(), MixedPrecision()])
+    with pytest.raises(ValueError, match='two MixedPrecisionCB'): t.fit(1)
+    assert not torch.is_autocast_enabled('cpu')

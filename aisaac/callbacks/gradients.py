@@ -114,7 +114,7 @@ class GradAccumCB(Callback):
         self.count, self.scale, self.tokens, self._grads = state['position'], state['scale'], state.get('tokens'), state.get('grads')
 
     def _put_back(self, trainer):
-        "Add the window's gradients from the checkpoint to the parameters' (before the first backward after a resume)"
+        "Put the window's gradients from the checkpoint on the parameters (before the first backward after a resume): they are the whole of `.grad` when the checkpoint was taken, so they replace it (`MomentumTrainCB` may have put the same ones back already)"
         grads, self._grads = self._grads, None
         params = dict(unwrap_model(trainer.model).named_parameters())
         if missing := [k for k in grads if k not in params]:
@@ -122,9 +122,7 @@ class GradAccumCB(Callback):
         with torch.no_grad():
             for k, g in grads.items():
                 p = params[k]
-                g = g.to(p.device, p.dtype)
-                if p.grad is None: p.grad = g.clone()
-                else: p.grad += g
+                p.grad = g.to(p.device, p.dtype).clone()
 
 # %% ../../nbs/callbacks/53_gradients.ipynb #b5b29970
 _forward_events = ('before_predict', 'predict', 'after_predict', 'before_loss', 'get_loss', 'after_loss')

@@ -66,6 +66,7 @@ _eager_cost = "each batch's kernels launched one at a time from Python, which co
 
 class CUDAGraphCB(Callback):
     "Capture each batch's step (forward, loss, backward, optimizer step, zeroing) once as a CUDA graph, and replay it for every batch of that shape"
+    breaks = {'resume': "its `counts` (steps run eagerly, captured, replayed) are this process's: a resumed fit captures its graphs again"}  # the invariants it does not keep (`aisaac.invariants`), and why
     order = 10_000  # last: its `before_batch` replays the step after every other callback has prepared the batch
     cuda_graph = 'host'
     def __init__(self, warmup:int=3, # batches of each shape run eagerly (on a side stream) before its graph is captured

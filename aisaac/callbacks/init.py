@@ -85,6 +85,7 @@ def _uncompiled(model):
 
 class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
+    breaks = {'accumulation': "it initialises the layers from the first batch's statistics, which half a batch gives otherwise"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, modules=None, # layers in order: modules, `(module, measurement_module)` pairs, or a function of the model giving them; default every conv and linear layer
                  **kwargs): # passed to `lsuv_init`: `targ_mean` (here 0 unless given), `target_std`, `max_loops`, `tol`
         self.modules, self.kwargs, self.done, self.stats, self._before = modules, {'targ_mean': 0., **kwargs}, False, {}, None
@@ -111,9 +112,9 @@ class LSUVInitCB(Callback):
         self.done = True
 
     def state_dict(self):
-        "Whether the initialisation has run, for checkpoints"
-        return {'done': self.done}
+        "Whether the initialisation has run, and its report (`stats`), for checkpoints"
+        return {'done': self.done, 'stats': {k: list(v) if isinstance(v, tuple) else v for k, v in self.stats.items()}}
 
     def load_state_dict(self, state): # as made by `state_dict`
-        "Restore whether the initialisation has run"
-        self.done = state['done']
+        "Restore whether the initialisation has run, and its report (a checkpoint from before it was kept has none)"
+        self.done, self.stats = state['done'], {k: tuple(v) if isinstance(v, list) else v for k, v in state.get('stats', {}).items()}

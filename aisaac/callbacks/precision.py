@@ -23,6 +23,7 @@ class _StepProbe:
 
 class MixedPrecisionCB(Callback):
     "Autocast the forward pass and loss (bfloat16 on CPU, float16 with a gradient scaler on CUDA); float32 predictions and loss"
+    breaks = {'accumulation': "bfloat16 (float16) rounds the gradients of two half batches otherwise than those of one batch: differences of its precision, far above float32's"}  # the invariants it does not keep (`aisaac.invariants`), and why
     order = 10  # after `DeviceCB` has moved the model; unscales the gradients before clipping (order 20) in `before_step`
     run_after = ('DeviceCB',)  # the model is on its device first
     def __init__(self, dtype:torch.dtype=None): # `torch.bfloat16` or `torch.float16`; default bfloat16 on CPU, float16 on CUDA
@@ -31,7 +32,10 @@ class MixedPrecisionCB(Callback):
         self.dtype, self.scaler, self.skipped, self._stack, self._pending, self._in_fit = dtype, None, 0, None, None, False
 
     def before_fit(self, trainer):
-        "Read the model's device; make a gradient scaler for float16"
+        "Refuse a second MixedPrecisionCB (their autocasts would close in the order they opened, leaving it on); read the model's device; make a gradient scaler for float16"
+        if len(two := [trainer.name_of(cb) for cb in trainer.cbs if isinstance(cb, MixedPrecisionCB)]) > 1:
+            raise ValueError(f"two MixedPrecisionCB in one fit ({', '.join(two)}; MixedPrecision is one too): each switches autocast on and off "
+                             f"around every forward pass, and the second would switch the first one's back on for good: keep one")
         p = next(trainer.model.parameters(), None)
         self.device_type = 'cpu' if p is None else p.device.type
         self.amp_dtype = self.dtype or (torch.float16 if self.device_type == 'cuda' else torch.bfloat16)

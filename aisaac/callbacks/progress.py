@@ -33,6 +33,7 @@ def _fmt_time(secs): return f'{int(secs) // 60:02d}:{int(secs) % 60:02d}'
 
 class ProgressCB(Callback):
     "Progress bars over epochs and batches, a table of each epoch's `log_metrics` row, and with `plot=True` a live loss graph"
+    breaks = {'resume': "what it shows (times, the table of the epochs run in this process) is the process's own"}  # the invariants it does not keep (`aisaac.invariants`), and why
     order, on_error, runs_on = 10, 'warn', 'main'
     _mbar, bars = None, False  # the fit's master bar, when it draws bars
     def __init__(self, plot:bool=False, # keep every training batch's loss and draw the losses live (in a notebook)
@@ -157,6 +158,7 @@ class ProgressCB(Callback):
 # %% ../../nbs/callbacks/42_progress.ipynb #941e2d77
 class PrintProgressCB(Callback):
     "Print a line at the start of the fit, one per epoch (its time and `log_metrics` row), and one at the end"
+    breaks = {'resume': "what it prints (the fit's start and times) is the process's own"}  # the invariants it does not keep (`aisaac.invariants`), and why
     order, on_error, runs_on = 10, 'warn', 'main'
     def __init__(self, file=None): # where to print; default `sys.stdout`
         self.file = file

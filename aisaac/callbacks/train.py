@@ -312,6 +312,7 @@ class DeviceCB(Callback):
 # %% ../../nbs/callbacks/40_train.ipynb #d7fbdfd7
 class OneBatchCB(Callback):
     "Stop the fit after one batch, once every callback has seen that batch's `after_batch`"
+    breaks = {'accumulation': 'it stops the fit after one batch, which under GradAccumCB(k) is a k-th of a step, so no step is taken'}  # the invariants it does not keep (`aisaac.invariants`), and why
     order = 100  # late, as in AIsaac; and the fit only stops in `cleanup_batch`, after every `after_batch` handler, whatever its order
     done = False
     def before_fit(self, trainer):
