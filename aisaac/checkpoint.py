@@ -156,6 +156,11 @@ def _checkpoint(trainer, path):
     _check_format(path, 'the checkpoint')
     return path
 
+def _held_error(trainer):
+    "The error a handler raised on this process that `RanksCB` holds until the processes agree (`None` if none): a checkpoint made now would lack that handler's part"
+    held = getattr(getattr(trainer.__dict__.get('_hold'), '__self__', None), 'held', None)
+    return held[1] if held is not None and held[0] == 3 else None  # (3: an error; a stop leaves the state whole)
+
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
     _resume, steps, valid_every, fitting = None, None, None, False  # (the steps and the guards layers set the last three, when they are there)
@@ -189,6 +194,9 @@ class Checkpoints:
                         background:bool=False): # copy the state now and write it in the engine's background thread (`CheckpointEngine.submit`): the file appears once whole
         "Write the whole training state to `path`, atomically: a file, on the main process only; a sharded model's, a folder, by every process; returns the path"
         engine = self.checkpoint_engine
+        if (held := _held_error(self)) is not None:  # (a process killed as the checkpoint began: `MetricsCB` could not gather the others' pass)
+            raise CheckpointError(f"{Path(path).name} not written: a handler raised on this process ({type(held).__name__}: {held}) and the error "
+                                  f"is held until the processes agree, so the checkpoint would lack that handler's part; the one before it resumes the run")
         if not (getattr(engine, 'sharded', False) or is_main_process()):
             _loader(self, main=False)  # its training loader's state, for the main process to write
             return Path(path)
