@@ -153,13 +153,11 @@ def _loader(trainer, main=True):
 def _checkpoint(trainer, path):
     "The checkpoint at `path`, read and checked by `read_checkpoint`; or `path`, checked, when it is a state `read_checkpoint` returned"
     if not isinstance(path, dict): return trainer.read_checkpoint(path)
-    _check_format(path, 'the checkpoint')
-    return path
+    _check_format(path, 'the checkpoint'); return path
 
 def _held_error(trainer):
-    "The error a handler raised on this process that `RanksCB` holds until the processes agree (`None` if none): a checkpoint made now would lack that handler's part"
-    held = getattr(getattr(trainer.__dict__.get('_hold'), '__self__', None), 'held', None)
-    return held[1] if held is not None and held[0] == 3 else None  # (3: an error; a stop leaves the state whole)
+    "The error a handler raised on this process that `RanksCB` holds until the processes agree (`None` if none, or if it holds a stop, which leaves the state whole): a checkpoint made now would lack that handler's part"
+    return h[1] if (h := getattr(getattr(trainer.__dict__.get('_hold'), '__self__', None), 'held', None)) is not None and h[0] == 3 else None
 
 class Checkpoints:
     "A `Trainer` layer: checkpoints that hold the whole training state (`save_checkpoint`, `load_checkpoint`), `fit(resume_from=...)`, `transaction`"
@@ -195,8 +193,8 @@ class Checkpoints:
         "Write the whole training state to `path`, atomically: a file, on the main process only; a sharded model's, a folder, by every process; returns the path"
         engine = self.checkpoint_engine
         if (held := _held_error(self)) is not None:  # (a process killed as the checkpoint began: `MetricsCB` could not gather the others' pass)
-            raise CheckpointError(f"{Path(path).name} not written: a handler raised on this process ({type(held).__name__}: {held}) and the error "
-                                  f"is held until the processes agree, so the checkpoint would lack that handler's part; the one before it resumes the run")
+            raise CheckpointError(f"{Path(path).name} not written: a handler raised on this process ({type(held).__name__}: {held}) and the error is held "
+                                  "until the processes agree, so the checkpoint would lack that handler's part; the one before it resumes the run")
         if not (getattr(engine, 'sharded', False) or is_main_process()):
             _loader(self, main=False)  # its training loader's state, for the main process to write
             return Path(path)
