@@ -16,7 +16,7 @@ from ..core.callback import Callback, CancelFitException
 from ..utils import def_device, exact_device, to_device
 from ..persist import unwrap_model
 import torch.distributed as dist
-from ..ranks import _world_size
+from ..ranks import _world_size, _fit_group
 
 # %% ../../nbs/callbacks/40_train.ipynb #00115a26
 _unread = object()  # no loader yet
@@ -217,7 +217,8 @@ def _token_weight(self:BasicTrainCB, trainer): # the trainer, after this batch's
     items = self.loss_items(trainer, batch=batch)
     factor = None
     if isinstance(items, torch.Tensor):
-        dist.all_reduce(total := items.clone())
+        # a CPU tensor (a CPU run, or a count made on the CPU) goes in aisaac's own gloo group: NCCL, a GPU run's default group, refuses CPU tensors
+        dist.all_reduce(total := items.clone(), group=_fit_group(trainer) if items.device.type == 'cpu' else None)
         factor = items * _world_size() / total.clamp(min=1)
     self._weighed = (batch, factor)
     return factor
