@@ -284,13 +284,15 @@ def test_mlflow_goes_on_with_the_same_run_and_sends_no_value_twice(tmp_path):
     assert len(MlflowClient(lg2.tracking_uri).search_runs([MlflowClient(lg2.tracking_uri).get_experiment_by_name('aisaac').experiment_id])) == 1
     assert history(lg2) == history(ref)
 
+def scalars(d):
+    "The scalars of the TensorBoard event files in folder `d`, as TensorBoard reads them: {tag: [(step, value), ...]}"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(d)); ea.Reload()
+    return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
+
 def test_tensorboard_files_read_as_the_uninterrupted_runs(tmp_path):
     pytest.importorskip('tensorboard')
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from aisaac.callbacks.trackers import TensorBoardLogger
-    def scalars(d):
-        ea = EventAccumulator(str(d)); ea.Reload()
-        return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
     fit(trainer(tmp_path/'ref', TensorBoardLogger(tmp_path/'ref'/'tb')), tmp_path/'ref')
     with pytest.raises(RuntimeError): fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb'), Crash(43)), tmp_path)
     fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb')), tmp_path, resume=True)
@@ -303,12 +305,8 @@ def test_tensorboard_files_keep_their_order_when_the_writers_count_gains_a_digit
     "with the resume's writers numbered 8, 9, 10 the cut-back file (9) sorted after the resumed one (10), so the steps read 40, 60, 20 "
     "(seen in CI under pytest-xdist, where one worker had opened that many); the cut-back file now keeps the first file's name"
     pytest.importorskip('tensorboard')
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.summary.writer import event_file_writer
     from aisaac.callbacks.trackers import TensorBoardLogger
-    def scalars(d):
-        ea = EventAccumulator(str(d)); ea.Reload()
-        return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
     fit(trainer(tmp_path/'ref', TensorBoardLogger(tmp_path/'ref'/'tb')), tmp_path/'ref')
     with pytest.raises(RuntimeError): fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb'), Crash(43)), tmp_path)
     monkeypatch.setattr(event_file_writer._global_uid, '_value', uid)  # the resume's writer, the rewrite's and the next one: uid, uid+1, uid+2
@@ -320,11 +318,7 @@ def test_tensorboard_with_its_default_folder_resumes_in_the_runs_folder(tmp_path
     "`TensorBoardLogger()` (the folder `runs/<date>_<host>`), resumed in a new trainer a second later: one folder, read as the uninterrupted run's (before: a second folder from the resume on, and the first one not cut back, so the steps after the checkpoint were there twice)"
     pytest.importorskip('tensorboard')
     import time
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from aisaac.callbacks.trackers import TensorBoardLogger
-    def scalars(d):
-        ea = EventAccumulator(str(d)); ea.Reload()
-        return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()['scalars']}
     (tmp_path/'ref').mkdir(); monkeypatch.chdir(tmp_path/'ref')
     fit(trainer(tmp_path/'ref', TensorBoardLogger()), tmp_path/'ref')
     monkeypatch.chdir(tmp_path)
@@ -354,15 +348,13 @@ def test_a_tensorboard_rewrite_killed_half_way_leaves_no_value_twice(tmp_path):
     "left every value twice, and the next rewrite kept both"
     pytest.importorskip('tensorboard')
     import shutil
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from aisaac.callbacks.trackers import TensorBoardLogger, _cut_events
     fit(trainer(tmp_path, TensorBoardLogger(tmp_path/'tb')), tmp_path)
     (f,) = (tmp_path/'tb').iterdir()
     shutil.copy(f, f.with_name(f.name + '.copy'))  # the same events in two files
     (tmp_path/'.tb.leftover').mkdir()  # the temporary folder of the killed rewrite
     _cut_events(tmp_path/'tb', {'train_loss': 40, 'valid_loss': 40})
-    ea = EventAccumulator(str(tmp_path/'tb')); ea.Reload()
-    assert [e.step for e in ea.Scalars('valid_loss')] == [20, 40] and not (tmp_path/'.tb.leftover').exists()
+    assert [step for step, _ in scalars(tmp_path/'tb')['valid_loss']] == [20, 40] and not (tmp_path/'.tb.leftover').exists()
 
 def test_mlflow_resumed_by_the_same_logger_object_sends_no_value_twice(tmp_path):
     "A notebook's crash: the fit is resumed with the same callbacks, whose MLflowLogger already has the run"
