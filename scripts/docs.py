@@ -52,7 +52,7 @@ SIDEBAR = [  # in the order a reader learns: what to do first, then the loop, th
     ('Tutorials', r'^tutorials/'),
     ('The kernel', r'^core/'),                  # the tiny trainer: its events, phases and loop, in three pages
     ('Guides',    r'^guides/|\d+_learner'),     # coming from another library (miniai's `Learner` with them), the reference
-    ('Callbacks', r'^(callbacks/|9[0-8]_)'),   # one notebook per family, then the groups (`CoreCBs`)
+    ('Callbacks', r'^(callbacks/|9[0-8][a-z]?_)'),   # one notebook per family, then the groups (`CoreCBs`), the comparisons and the invariance harness
     ('Data',      r'^3\d_'),
     ('Inside the trainer', r'^(1\d|2\d)[a-z]?_'),  # the machinery's layers (1x), the trainer's (2x), the two assemblies
     ('Helpers',   r'^(0\d|99)_'),                # ground helpers, models, the run history, `aisaac.all`
