@@ -51,9 +51,9 @@ CONSTRUCTORS = {  # how the harness makes each catalogue callback that takes arg
     'BaseSchedulerCB': Skip("a base: its subclasses (BatchSchedulerCB, EpochSchedulerCB, OneCycleSchedulerCB...) are the entries"),
     'BaseSchedCB': Skip("miniai's name for the base BaseSchedulerCB: its subclasses are the entries"),
     'HooksCallback': Skip("a base: ActivationStatsCB is its entry"),
-    'RanksCB': Skip("added by a distributed run itself: for the processes invariant, not built yet (tests/test_ranks.py runs it under torchrun)"),
-    'FSDPCB': Skip("needs a process group (torchrun): for the processes invariant, not built yet (tests/test_sharding.py)"),
-    'AccelerateCB': Skip("Hugging Face Accelerate's processes: for the processes invariant, not built yet (tests/test_accel.py)"),
+    'RanksCB': Skip("added by every distributed fit itself: the processes invariant trains it in each of its blocks (tests/test_ranks.py: under torchrun)"),
+    'FSDPCB': Skip("shards the model itself, which the processes invariant wraps in DistributedDataParallel: FSDP2 against one process is tests/test_sharding.py's"),
+    'AccelerateCB': Skip("Hugging Face Accelerate prepares the model and the loaders itself (its own split over the processes): tests/test_accel.py"),
     'CompileCB': Skip("torch.compile takes tens of seconds a fit on this CPU; tests/test_compile.py covers it"),
     'ChunkedLossCB': Skip("reads a language model's hidden states: the GPT setup"),
     'DistillCB': Skip("a language model and its teacher: the GPT setup"),
@@ -70,6 +70,8 @@ NOT_APPLICABLE = {  # (callback, invariant): why the invariant cannot be asked o
     ('GradAccumCB', 'accumulation'): "it is the invariant's own callback",
     ('MicroBatchCB', 'accumulation'): "it splits the batches the invariant halves",
     ('CUDAGraphCB', 'graphs'): "it is the invariant's own callback",
+    ('BatchAugmentationCB', 'processes'): "the harness's augmentation draws noise from each process's generator, seeded alike: the processes' shares get other draws than one process's whole batch (a transform without random draws keeps it: BatchTransformCB's entry)",
+    ('UnfreezeCB', 'processes'): "it freezes and unfreezes inside a fit, which DistributedDataParallel refuses (it fixed the parameters it reduces when it wrapped them): a clear error, tested in tests/test_params.py",
 }
 
 # %% ../nbs/92_coverage.ipynb #e19409af

@@ -10,7 +10,7 @@ __all__ = ['INVARIANTS', 'FIT', 'RESUME_POINTS', 'CHECKS', 'breaks', 'Declaratio
            'check_hand', 'violations', 'InvariantReport', 'check_invariants']
 
 # %% ../nbs/91_invariants.ipynb #a2666632
-import contextlib, copy, inspect, io, math, random, tempfile, time, warnings
+import contextlib, copy, importlib, inspect, io, math, random, tempfile, time, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from .overview import CallbackSummary, plan_sections
 from .callbacks import lr_finder, summary, preds, interpret  # noqa: F401  (lr_find, peek_batch, summarize_model, capture_preds: the tools of the transactions)
 
 # %% ../nbs/91_invariants.ipynb #c9cb3421
-INVARIANTS = ('resume', 'accumulation', 'graphs', 'records', 'transactions', 'hand')
+INVARIANTS = ('resume', 'accumulation', 'graphs', 'records', 'transactions', 'hand', 'processes')
 
 def breaks(cb): # a callback, or its class
     "The invariants `cb` declares it does not keep, {invariant: reason}, from its classes' `breaks`; undeclared: kept wherever it applies"
@@ -53,22 +53,29 @@ plan_sections['breaks'] = declarations  # (the seam of `aisaac.overview`: `plan(
 # %% ../nbs/91_invariants.ipynb #588114c7
 def tiny_dls(bs:int=8, # the batch size
              n:int=48, # items in the training set (its first 16 are the validation set)
-             seed:int=0): # the data's seed
+             seed:int=0, # the data's seed
+             world:int=None): # a number of processes (1 included): torch `DataLoader`s with a `DistributedSampler`, this process's share of each batch of `bs`
     "A 3-class problem of `n` items with 4 features; the training loader shuffles with its own seed, so that batches of `bs/k` are the halves of batches of `bs`"
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=g)
     y = (x[:, :2].sum(1) > 0).long() + (x[:, 2] > 0.5).long()
-    return DataLoaders(TensorLoader(x, y, bs=bs, shuffle=True, seed=3), TensorLoader(x[:16], y[:16], bs=bs))
+    if world is None: return DataLoaders(TensorLoader(x, y, bs=bs, shuffle=True, seed=3), TensorLoader(x[:16], y[:16], bs=bs))
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+    rank = torch.distributed.get_rank() if world > 1 else 0
+    dl = lambda ds, shuffle: DataLoader(ds, bs // world, sampler=DistributedSampler(ds, world, rank, shuffle=shuffle, seed=3))
+    return DataLoaders(dl(TensorDataset(x, y), True), dl(TensorDataset(x[:16], y[:16]), False))
 
 def tiny_trainer(callbacks=(), # the callbacks under test
                  bs:int=8, # the batch size (the accumulation invariant halves it)
-                 dropout:float=0.): # a `Dropout` in the model: random draws each batch
+                 dropout:float=0., # a `Dropout` in the model: random draws each batch
+                 world:int=None): # the processes' count for the processes invariant: `tiny_dls(world=...)`
     "A seeded MLP on `tiny_dls`, with AdamW and `BasicTrainCB` (unless a callback replaces it): what the catalogue's invariants train"
     set_seed(0, deterministic=True)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(dropout), nn.Linear(8, 3))
     cbs = list(callbacks)
     base = [] if any(isinstance(cb, BasicTrainCB) for cb in cbs) else [BasicTrainCB()]
-    return Trainer(tiny_dls(bs), nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=base + cbs)
+    return Trainer(tiny_dls(bs, world=world), nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=base + cbs)
 
 # %% ../nbs/91_invariants.ipynb #b73c0f21
 class _StopAt(Callback):
@@ -317,7 +324,8 @@ def check_hand(case:Case, # what to train
     return out
 
 CHECKS = {'resume': check_resume, 'accumulation': check_accumulation, 'graphs': check_graphs, 'records': check_records,
-          'transactions': check_transactions, 'hand': check_hand}
+          'transactions': check_transactions, 'hand': check_hand,
+          'processes': lambda case, **kw: importlib.import_module('aisaac.processes').check_processes(case, **kw)}  # (in its own module: 2 processes forked)
 
 def violations(lines): # what an invariant returned
     "The lines of an invariant's result that are violations (not notes)"

@@ -126,6 +126,7 @@ class RanksCB(Callback):
         self.key = f'aisaac/ranks/fit_{fit}/failed'  # where a failing process posts its error
         self.held, self.posted, self.agreements, self.raised = None, False, 0, None  # `raised`: the error an agreement raised here as this process's own
         self.hold_limit = 30  # seconds a process holding an error waits for the others at an agreement
+        self.counted = None  # the clock's samples and tokens at the last agreement: every process's
 
     def around_fit(self, trainer):
         "Hold, for this fit, what handlers raise (`trainer._hold`, read by `AgreedRanks`), from before the first `before_fit` handler; close the fit's groups after"
@@ -158,7 +159,11 @@ class RanksCB(Callback):
         requested = event == 'checkpoint' and getattr(trainer, 'stop_reason', None) is not None
         if requested and code < 2: code, e = 2, None
         point = _points.index(event) + 1
-        f = torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0)])
+        c = getattr(trainer, 'clock', None)
+        if self.counted is None and c is not None: self.counted = (c.samples, c.tokens)
+        own = torch.zeros(2, self.world, dtype=torch.long)  # the samples and tokens this process counted since the last agreement, in its column
+        if c is not None: own[:, self.rank] = torch.tensor([c.samples - self.counted[0], c.tokens - self.counted[1]])
+        f = torch.cat([torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0)]), own.flatten()])
         self.agreements += 1
         if code == 3: self.fail(e)  # posted first, so that every process names this error, whatever happens to the agreement
         try:
@@ -169,7 +174,10 @@ class RanksCB(Callback):
             if code == 3: raise self._release(event) from err
             if (other := self._failure()) is None: raise
             raise other from err
-        v, hi, lo, notice = f.tolist()
+        (v, hi, lo, notice), counts = f[:4].tolist(), f[4:].view(2, self.world).sum(1).tolist()
+        if c is not None:  # the clock counts every process's samples and tokens, as on one process (agreed here; in between, this process's alone)
+            c.samples, c.tokens = self.counted[0] + counts[0], self.counted[1] + counts[1]
+            self.counted = (c.samples, c.tokens)
         if hi != -lo: raise RuntimeError(_apart(self.rank, event, _points[(hi if hi != point else -lo) - 1]))
         if notice > trainer.agreed_notice: trainer.agreed_notice = notice  # a notice any process got (`PreemptionCB`'s signal): now every one's
         if (stop := _unflag(v, self.world)) is None: return

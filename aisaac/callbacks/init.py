@@ -85,7 +85,7 @@ def _uncompiled(model):
 
 class LSUVInitCB(Callback):
     "Layer-sequential unit variance: on the first training batch, `lsuv_init` each layer of the model in turn, once"
-    breaks = {'accumulation': "it initialises the layers from the first batch's statistics, which half a batch gives otherwise"}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'accumulation': "it initialises the layers from the first batch's statistics, which half a batch gives otherwise", 'processes': "it initialises the layers from the main process's share of the first batch (then sends them to the others): half the batch one process sees"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, modules=None, # layers in order: modules, `(module, measurement_module)` pairs, or a function of the model giving them; default every conv and linear layer
                  **kwargs): # passed to `lsuv_init`: `targ_mean` (here 0 unless given), `target_std`, `max_loops`, `tol`
         self.modules, self.kwargs, self.done, self.stats, self._before = modules, {'targ_mean': 0., **kwargs}, False, {}, None

@@ -21,7 +21,7 @@ from ..plans import Trace
 # %% ../../nbs/callbacks/43_introspect.ipynb #595bbf7f
 class ProfileCB(Callback):
     "Time every handler over a fit; `stats` holds (event, callback, calls, seconds, share of the fit), largest first"
-    breaks = {'resume': 'it times the handlers: another run measures other times', 'accumulation': 'it times the handlers: another run measures other times', 'graphs': 'it times the handlers: another run measures other times', 'transactions': 'it times the handlers: another run measures other times'}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': 'it times the handlers: another run measures other times', 'accumulation': 'it times the handlers: another run measures other times', 'graphs': 'it times the handlers: another run measures other times', 'transactions': 'it times the handlers: another run measures other times', 'processes': 'it times the handlers: another run measures other times'}  # the invariants it does not keep (`aisaac.invariants`), and why
     def around_fit(self, trainer):
         "Trace the whole fit, then add the times up (also when the fit raised)"
         start = time.perf_counter()
@@ -75,7 +75,7 @@ def _rank(): return dist.get_rank() if dist.is_available() and dist.is_initializ
 
 class TorchProfilerCB(Callback):
     "Run `torch.profiler` on a schedule of steps, each handler labelled `<callback>.<event>`: a Chrome/Perfetto trace per cycle and process in `folder`, and a summary table"
-    breaks = {'resume': "its traces and table hold the run's timings and trace ids", 'accumulation': "its traces and table hold the run's timings and trace ids", 'graphs': "its traces and table hold the run's timings and trace ids", 'transactions': "its traces and table hold the run's timings and trace ids"}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': "its traces and table hold the run's timings and trace ids", 'accumulation': "its traces and table hold the run's timings and trace ids", 'graphs': "its traces and table hold the run's timings and trace ids", 'transactions': "its traces and table hold the run's timings and trace ids", 'processes': "its traces and table hold the run's timings and trace ids"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, folder='profiler', # where the traces go, as `rank<r>.step<n>.pt.trace.json`
                  wait:int=1, # steps left out at the start of each cycle
                  warmup:int=1, # steps profiled but not kept, so that the profiler's start-up stays out

@@ -89,13 +89,18 @@ def _warn_alone(ms):
                       f"of the data. Use a torcheval or torchmetrics metric to get the whole data's")
 
 def _whole(trainer, losses, sizes, ms):
-    "A pass's mean loss and metrics `ms` over every process's data: each process's sums and torcheval states gathered (in rank order, so every process gets the same numbers); a torchmetrics metric syncs itself"
+    "A pass's mean loss, metrics `ms` and each batch's loss over every process's data: each process's sums and torcheval states gathered (in rank order, so every process gets the same numbers); a torchmetrics metric syncs itself"
     own = {'sums': [(losses.double() * sizes.double()).sum().item(), sizes.double().sum().item()],
+           'batches': [(losses.double() * sizes.double()).tolist(), sizes.double().tolist()],
            'states': {n: to_cpu(m.state_dict()) for n, m in ms.items() if _combined(m) == 'merged'}}
     every = _gather(own, _fit_group(trainer))
     total, n = (sum(e['sums'][i] for e in every) for i in (0, 1))
     found = {name: float(_merged(m, [e['states'][name] for e in every]).compute() if name in own['states'] else m.compute()) for name, m in ms.items()}
-    return (total / n if n else float('nan')), found
+    per = None  # each global batch's loss: the processes' shares of it weighted by their sizes (the same number of batches on each)
+    if len({len(e['batches'][0]) for e in every}) == 1 and len(own['batches'][0]) == len(losses):
+        s, c = (torch.tensor([e['batches'][i] for e in every], dtype=torch.float64).sum(0) for i in (0, 1))
+        per = (s / c).tolist()
+    return (total / n if n else float('nan')), found, per
 
 def _resumed_pass(state, train_metrics):
     "The pass in progress that this process resumes from a `MetricsCB` state: its own among every process's; on another number of processes, all of them (merged) on the main process, none on the others"
@@ -227,18 +232,20 @@ class MetricsCB(Callback):
         self._ended, self._in_pass, losses, training = True, False, self._pass_losses(), trainer.training
         prefix, values = _prefix(trainer), losses.tolist()
         split = 'train' if training else self._loss_cells[prefix[:-1]] if prefix else 'valid'  # an evaluation set's pass: 'code/valid' (or its `loss_name`)
-        if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
-        trainer.history.extend_metric(_history_name(split), values, per='batch')  # (each process its own batches)
         sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
             self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
             if not training and trainer.do_train: self.row |= dict.fromkeys(['train', *self.train_metrics])  # a validation before training (`valid_first`): the row's columns still come in their order
         ms = self.train_metrics if trainer.training else self._valid
-        if together and _world_size() > 1 and (training or not self._gathered): self.row[split], found = _whole(trainer, losses, sizes, ms)
+        if together and _world_size() > 1 and (training or not self._gathered):
+            self.row[split], found, per = _whole(trainer, losses, sizes, ms)
+            values = values if per is None else per  # each batch's loss over every process's share of it, as on one process
         else:
             self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
             found = {name: float(m.compute()) for name, m in ms.items()}
+        if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
+        trainer.history.extend_metric(_history_name(split), values, per='batch')
         self.row |= {prefix + k: v for k, v in found.items()}
         for m in ms.values(): m.reset()
         self._reset()  # (before the log: a `log_metrics` handler may raise a cancel)

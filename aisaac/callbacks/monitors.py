@@ -122,7 +122,7 @@ def _ids(batch):
 
 class SpeedMonitorCB(Callback):
     "Record training samples/s, batches/s (and tokens/s, for batches of text; and the model FLOPs utilisation, `mfu`, where the FLOPs and the peak are known) over the last `window_size` batches, and per training pass"
-    breaks = {'resume': 'its records are wall-clock speeds: another run measures other numbers', 'accumulation': 'its records are wall-clock speeds: another run measures other numbers', 'graphs': 'its records are wall-clock speeds: another run measures other numbers', 'transactions': 'its records are wall-clock speeds: another run measures other numbers'}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': 'its records are wall-clock speeds: another run measures other numbers', 'accumulation': 'its records are wall-clock speeds: another run measures other numbers', 'graphs': 'its records are wall-clock speeds: another run measures other numbers', 'transactions': 'its records are wall-clock speeds: another run measures other numbers', 'processes': 'its records are wall-clock speeds: another run measures other numbers'}  # the invariants it does not keep (`aisaac.invariants`), and why
     provides = ('samples_per_sec', 'batches_per_sec', 'tokens_per_sec', 'mfu', 'epoch_samples_per_sec', 'epoch_batches_per_sec',
                 'epoch_tokens_per_sec', 'epoch_mfu', 'train_time')
     def __init__(self, window_size:int=100, # batches in the moving window
@@ -199,7 +199,7 @@ class SpeedMonitorCB(Callback):
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
 class RuntimeEstimatorCB(Callback):
     "Estimate the seconds left in the fit after each training batch (`time_remaining`), from the time per batch so far"
-    breaks = {'resume': 'its estimates are wall-clock times, and a resumed fit leaves its first batches out of the average afresh', 'accumulation': 'its estimates are wall-clock times: another run measures other numbers', 'graphs': 'its estimates are wall-clock times: another run measures other numbers', 'transactions': 'its estimates are wall-clock times: another run measures other numbers'}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': 'its estimates are wall-clock times, and a resumed fit leaves its first batches out of the average afresh', 'accumulation': 'its estimates are wall-clock times: another run measures other numbers', 'graphs': 'its estimates are wall-clock times: another run measures other numbers', 'transactions': 'its estimates are wall-clock times: another run measures other numbers', 'processes': 'its estimates are wall-clock times: another run measures other numbers'}  # the invariants it does not keep (`aisaac.invariants`), and why
     provides = ('time_remaining',)
     def __init__(self, skip_batches:int=1): # batches left out of the average at the start of each fit (warm-up)
         self.skip, self.remaining = skip_batches, None
@@ -305,7 +305,7 @@ def memory_stats(device=None): # the CUDA device to read; default the current on
 
 class MemoryMonitorCB(Callback):
     "Record the process's resident memory and, on CUDA, allocated, reserved and peak memory (MiB) after each training pass"
-    breaks = {'resume': "it records the process's memory, which every run (and a sub-run) changes", 'accumulation': "it records the process's memory, which every run (and a sub-run) changes", 'graphs': "it records the process's memory, which every run (and a sub-run) changes", 'transactions': "it records the process's memory, which every run (and a sub-run) changes"}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': "it records the process's memory, which every run (and a sub-run) changes", 'accumulation': "it records the process's memory, which every run (and a sub-run) changes", 'graphs': "it records the process's memory, which every run (and a sub-run) changes", 'transactions': "it records the process's memory, which every run (and a sub-run) changes", 'processes': "it records each process's own memory"}  # the invariants it does not keep (`aisaac.invariants`), and why
     provides = ('rss_mib', 'cuda_*_mib')
     def __init__(self, every_n_batches:int=None): # also record every this many training batches
         self.every = every_n_batches

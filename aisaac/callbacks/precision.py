@@ -23,7 +23,7 @@ class _StepProbe:
 
 class MixedPrecisionCB(Callback):
     "Autocast the forward pass and loss (bfloat16 on CPU, float16 with a gradient scaler on CUDA); float32 predictions and loss"
-    breaks = {'accumulation': "bfloat16 (float16) rounds the gradients of two half batches otherwise than those of one batch: differences of its precision, far above float32's"}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'accumulation': "bfloat16 (float16) rounds the gradients of two half batches otherwise than those of one batch: differences of its precision, far above float32's", 'processes': "bfloat16 (float16) rounds the gradients of each process's share otherwise than those of the whole batch: differences of its precision, far above float32's"}  # the invariants it does not keep (`aisaac.invariants`), and why
     order = 10  # after `DeviceCB` has moved the model; unscales the gradients before clipping (order 20) in `before_step`
     run_after = ('DeviceCB',)  # the model is on its device first
     def __init__(self, dtype:torch.dtype=None): # `torch.bfloat16` or `torch.float16`; default bfloat16 on CPU, float16 on CUDA

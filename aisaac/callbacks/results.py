@@ -18,7 +18,7 @@ def _now(): return datetime.datetime.now(datetime.timezone.utc).isoformat(timesp
 
 class ResultsFileCB(FileLogger):
     "Append a JSON-lines record of each fit to `path`: `run_start` with the configuration, one `epoch` line each (`interval`, by step, in a run measured in steps), `run_stop` with the result"
-    breaks = {'resume': "each run's records hold its own run id and wall-clock times", 'accumulation': "each run's records hold its own run id and wall-clock times", 'graphs': "each run's records hold its own run id and wall-clock times", 'transactions': 'its state holds the wall-clock time the fit has taken'}  # the invariants it does not keep (`aisaac.invariants`), and why
+    breaks = {'resume': "each run's records hold its own run id and wall-clock times", 'accumulation': "each run's records hold its own run id and wall-clock times", 'graphs': "each run's records hold its own run id and wall-clock times", 'transactions': 'its state holds the wall-clock time the fit has taken', 'processes': "each run's records hold its own run id and wall-clock times"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, path, # the `.jsonl` results file; its folder is made if needed
                  config:dict=None): # more configuration to record, e.g. `{'seed': 42, 'dataset': 'fashion_mnist'}`
         super().__init__(path, per='epoch')

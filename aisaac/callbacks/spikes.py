@@ -63,6 +63,7 @@ class LossSpikeCB(Callback):
     order = 30  # in `before_step`: after `GradAccumCB` (-10: only a window's last batch comes here), `MixedPrecisionCB` (10: unscaled gradients) and `GradClipCB` (20: its norm)
     run_after = ('GradAccumCB', 'MixedPrecisionCB', 'GradClipCB')
     runs_on = 'collective'  # every process takes part in the decision (a small collective), and acts on it at the same step
+    breaks = {'processes': "it watches each process's own loss, on the device (a spike on any process's share is acted on by all): its running losses are that share's"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, action:str='rollback', # 'skip' the step, 'rollback' to the last good state, or 'stop' the fit
                  factor:float=3., # a loss above `factor` times the running median of the last `window` steps' losses is a spike
                  window:int=100, # the steps whose losses make the running median
