@@ -2,7 +2,7 @@
 cross-entropy, the teacher frozen and moved like any extra module, offline top-k with k = the vocabulary equal to the online loss,
 the shards checksummed and matched to their rows, the teacher's fingerprint in checkpoints (a resume with another refused, the same exact),
 token-weighted accumulation and 2 processes equal to one batch."""
-import copy
+import copy, math
 from pathlib import Path
 import pytest
 import torch
@@ -12,7 +12,7 @@ from aisaac.callbacks.topk import teacher_topk, with_teacher_topk, TeacherTopK
 from aisaac.callbacks.chunked import ChunkedLossCB
 from aisaac.callbacks.devices import MoveModulesToDeviceCB
 from aisaac.callbacks.savers import CheckpointCB, checkpoints
-from aisaac.callbacks.gradients import MicroBatchCB
+from aisaac.callbacks.gradients import MicroBatchCB, GradAccumCB
 from aisaac.callbacks.preference import fingerprint
 from aisaac.data import DataLoaders, TensorLoader
 from aisaac.models import lm_loss
@@ -162,3 +162,61 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match='shares weights with the student'): fit(DistillCB(student), student)
     with pytest.raises(ValueError, match='Unknown distillation loss'): DistillCB(loss='kl')
     with pytest.raises(ValueError, match='`beta` is between 0'): DistillCB(loss='jsd', beta=2)
+
+class _SeenBatches:
+    "Each training batch as the loss saw it (`input_ids`, `labels`), and whether the student was training then"
+    order = 50
+    def __init__(self): self.batches, self.modes = [], []
+    def after_loss(self, trainer):
+        if trainer.model.training: self.batches.append({k: trainer.batch[k].clone() for k in ('input_ids', 'labels')}); self.modes.append(trainer.model.training)
+
+def test_on_policy_with_lmbda_0_is_the_online_distillation_bit_for_bit():
+    runs = []
+    for cb in (DistillCB(tiny_gpt(7), 'reverse_kl', chunk=8), DistillCB(tiny_gpt(7), 'reverse_kl', chunk=8, lmbda=0., max_new_tokens=5)):
+        rec = Record(); t = Trainer(_sft_loaders(), lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[cb, rec]); t.fit(2)
+        runs.append((rec.losses, weights(t.model), torch.random.get_rng_state()))
+    (la, wa, ra), (lb, wb, rb) = runs
+    assert la == lb and wa == wb and torch.equal(ra, rb)
+
+@pytest.mark.parametrize('hf', [False, True])
+def test_on_policy_with_lmbda_1_trains_on_the_students_samples_the_prompt_masked(hf):
+    dls = _sft_loaders(hf=hf, shuffle=False)
+    teacher = tiny_gpt(7); before = fingerprint(teacher)
+    seen = _SeenBatches()
+    student = _tiny_gpt2() if hf else tiny_gpt()
+    Trainer(dls, None if hf else lm_loss, torch.optim.SGD, student, callbacks=[DistillCB(teacher, 'reverse_kl', chunk=8, lmbda=1., max_new_tokens=6), seen]).fit(1, lr=0.5, valid=False)
+    data = [b for b in dls.train]
+    assert len(seen.batches) == len(data) and all(seen.modes)  # training mode given back after each sampling
+    for s, d in zip(seen.batches, data):
+        p = 4  # every row's first 4 labels (aligned) are masked: the prompt is 4 tokens
+        x, y = s['input_ids'], s['labels']
+        assert x.shape == (4, p + 6 - (0 if hf else 1)) and torch.equal(x[:, :p], d['input_ids'][:, :p])  # the data's prompt, then the samples
+        n_masked = p if hf else p - 1
+        assert (y[:, :n_masked] == -100).all() and (y[:, n_masked:] != -100).all()  # labels on the generated tokens only
+        if not hf: assert torch.equal(y[:, :-1][:, n_masked:], x[:, 1:][:, n_masked:])  # the next tokens of the sample
+        else: assert torch.equal(y[:, p:], x[:, p:])
+        assert not torch.equal(x[:, p:], d['input_ids'][:, p:x.shape[1]])  # not the data's reply
+    assert fingerprint(teacher) == before and all(p.grad is None for p in teacher.parameters())  # the teacher gets no gradients
+
+def test_on_policy_draws_lmbda_of_the_batches_and_a_resume_is_exact(tmp_path):
+    dls = _sft_loaders()
+    def make(): return Trainer(dls, lm_loss, torch.optim.AdamW, tiny_gpt(), callbacks=[DistillCB(tiny_gpt(7), 'jsd', chunk=8, lmbda=0.5, max_new_tokens=4, sample_top_k=10)])
+    seen = _SeenBatches()
+    straight = make(); straight.fit(2, callbacks=[CheckpointCB(tmp_path, every_n_batches=2, keep_last=None), seen])
+    widths = {s['input_ids'].shape[1] for s in seen.batches}
+    assert len(widths) > 1 and 4 + 4 - 1 in widths  # some batches sampled (prompt 4 + 4 new, shifted), some the data's
+    resumed = make(); resumed.fit(2, resume_from=checkpoints(tmp_path)[0])
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()): assert torch.equal(a, b)
+
+def test_on_policy_under_gradient_accumulation_steps_once_a_window():
+    dls = _sft_loaders()
+    rec = Record()
+    Trainer(dls, lm_loss, torch.optim.SGD, tiny_gpt(), callbacks=[DistillCB(tiny_gpt(7), chunk=8, lmbda=1., max_new_tokens=4), GradAccumCB(3), rec]).fit(1, lr=0.5, valid=False)
+    assert len(rec.losses) == 3 and len(rec.norms) == 1 and all(math.isfinite(n) and n > 0 for n in rec.norms)
+
+def test_on_policy_refusals_name_the_problem():
+    with pytest.raises(ValueError, match='`lmbda` is the share'): DistillCB(tiny_gpt(7), lmbda=1.5)
+    with pytest.raises(ValueError, match='needs a teacher to score'): DistillCB(lmbda=0.5)
+    batches = [(b['input_ids'], b['labels']) for b in distill_batches()]
+    with pytest.raises(ValueError, match='reads the prompts from a dict batch'):
+        Trainer(DataLoaders(batches, batches[:1]), lm_loss, torch.optim.SGD, tiny_gpt(), callbacks=[DistillCB(tiny_gpt(7), lmbda=1.)]).fit(1)

@@ -228,3 +228,20 @@ def test_bradley_terry_reward_model_padded_equals_packed_and_accumulation_is_a_m
     assert ref.losses[0] == pytest.approx(-F.logsigmoid(r[:, 0] - r[:, 1]).mean().item(), rel=1e-6)
     acc, _ = fit_pairs_run(rm(), pair_loaders(pairs, 1), [RewardCB()], n_accum=8)
     assert acc.norms == pytest.approx(ref.norms, rel=1e-5)
+
+@pytest.mark.parametrize('loss', ['dpo', 'simpo'])
+def test_disable_dropout_turns_the_policys_and_references_dropout_off_for_the_fit_and_gives_it_back(loss):
+    "TRL's default: with dropout on, the policy's log-ratios against its reference are noise; off, the first DPO loss is ln 2 exactly"
+    from aisaac.models import GPT
+    def model(): torch.manual_seed(0); return GPT(50, n_layer=2, n_head=2, d_model=16, block_size=48, dropout=0.5)
+    seen = []
+    class During:
+        def after_loss(self, trainer):
+            if trainer.model.training: seen.append(trainer.model.drop.p); seen.append(trainer.model.blocks[0].attn.dropout)
+    dls = pair_loaders(synthetic_pairs(8), 4)
+    for off in (True, False):
+        seen.clear(); m = model()
+        rec, _ = fit_pairs_run(m, dls, [PreferenceCB(loss, disable_dropout=off), During()])
+        assert set(seen) == ({0.} if off else {0.5})
+        assert m.drop.p == 0.5 and m.blocks[0].attn.dropout == 0.5 and m.blocks[0].mlp[-1].p == 0.5  # given back after the fit
+        if loss == 'dpo': assert (rec.losses[0] == pytest.approx(LN2, abs=1e-6)) == off  # the policy is its reference at the first batch

@@ -6,7 +6,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/preference.html.md"""
 
 # %% auto #0
 __all__ = ['PREFERENCE_LOSSES', 'preference_loss', 'pair_logps', 'fingerprint', 'precompute_reference', 'PairMean',
-           'preference_metrics', 'PreferenceCB']
+           'preference_metrics', 'dropout_off', 'PreferenceCB']
 
 # %% ../../nbs/callbacks/79_preference.ipynb #254b515b
 import copy, hashlib
@@ -152,6 +152,13 @@ class PairMean(Metric):
 def preference_metrics(): "TRL's metrics of preference tuning, by their names, for `MetricsCB(**preference_metrics())`"; return {n: PairMean(i) for i, n in enumerate(PreferenceCB.columns)}
 
 # %% ../../nbs/callbacks/79_preference.ipynb #5da013e9
+def dropout_off(model:nn.Module): # a model, unwrapped
+    "Set every dropout of `model` to 0 (its `nn.Dropout`s' `p`, and a float `dropout` attribute such as aisaac's attention's); returns `(module, name, value)` to put back"
+    out = [(m, 'p', m.p) for m in model.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
+    out += [(m, 'dropout', m.dropout) for m in model.modules() if isinstance(getattr(m, 'dropout', None), float)]
+    for m, k, _ in out: setattr(m, k, 0.)
+    return out
+
 class PreferenceCB(BasicTrainCB):
     "`BasicTrainCB` for preference pairs: one forward pass of the chosen and rejected rows, their log-probabilities chunked, a reference's, and a preference loss that is a mean over pairs"
     columns = ('rewards/chosen', 'rewards/rejected', 'rewards/margins', 'rewards/accuracies', 'logps/chosen', 'logps/rejected')  # of `trainer.preds`, one row per pair
@@ -160,8 +167,10 @@ class PreferenceCB(BasicTrainCB):
                  reference='auto', # 'auto' (the batches' `ref_logps`, else 'adapters' for a peft model, else 'copy'), 'copy' (frozen at the first fit), 'adapters' (the policy with its fresh LoRA adapters off), 'precomputed' or a model
                  label_smoothing:float=0., # DPO: the chance a preference is wrong (conservative DPO)
                  gamma:float=0.5, # SimPO: the target margin of the rewards
-                 chunk:int=512): # positions of logits made at a time
+                 chunk:int=512, # positions of logits made at a time
+                 disable_dropout:bool=True): # dropout off in the policy (and the reference) during the fit, as TRL's default: the log-ratios compare like with like
         super().__init__()
+        self.disable_dropout, self._dropouts = disable_dropout, []
         if loss not in PREFERENCE_LOSSES: raise ValueError(f"Unknown preference loss {loss!r}: one of {PREFERENCE_LOSSES}")
         if not 0 <= label_smoothing < 0.5: raise ValueError(f"`label_smoothing` is the chance a preference is wrong, in [0, 0.5) (got {label_smoothing})")
         free = loss in ('simpo', 'orpo')
@@ -178,6 +187,7 @@ class PreferenceCB(BasicTrainCB):
         if trainer.loss_func is not None and trainer.loss_func is not lm_loss:
             raise ValueError(f"PreferenceCB computes the {self.loss!r} loss of the pairs itself; the trainer's loss_func "
                              f"({getattr(trainer.loss_func, '__name__', type(trainer.loss_func).__name__)}) would not be used: give `loss_func=None`")
+        if self.disable_dropout: self._dropouts += dropout_off(unwrap_model(trainer.model))
         if self.kind is None: return
         policy, dls_fp = unwrap_model(trainer.model), getattr(trainer.dls, 'reference_fingerprint', None)
         if self.kind == 'auto': self.kind = 'precomputed' if dls_fp else 'adapters' if _is_peft(policy) else 'copy'
@@ -193,6 +203,7 @@ class PreferenceCB(BasicTrainCB):
                                  "`reference=copy.deepcopy(model)` or `reference='copy'`")
             if self.kind == 'model' and getattr(self, '_given', None) is None: self._given = self.ref.training, [p.requires_grad for p in self.ref.parameters()]
             self.ref.eval().requires_grad_(False)
+            if self.disable_dropout: self._dropouts += dropout_off(self.ref)
             trainer.ref_model = self.ref  # (`MoveModulesToDeviceCB` moves it with the model)
             if self._fp is None: self._fp = fingerprint(self.ref)
 
@@ -256,6 +267,8 @@ class PreferenceCB(BasicTrainCB):
     def cleanup_fit(self, trainer):
         "The reference model leaves the trainer with the fit (the callback keeps it for the next); a reference given as a model gets its training mode and `requires_grad` flags back"
         if trainer.__dict__.get('ref_model') is self.ref and self.ref is not None: del trainer.ref_model
+        for m, k, v in reversed(self._dropouts): setattr(m, k, v)  # the models' dropout as given
+        self._dropouts = []
         if getattr(self, '_given', None) is not None:
             (was, flags), self._given = self._given, None
             self.ref.train(was)
