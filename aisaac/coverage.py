@@ -152,6 +152,7 @@ KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out o
     **{(n, 'transactions'): _SUBRUNS for n in ('CSVLogger', 'JSONLinesLogger', 'CheckpointCB')},
     ('TensorBoardLogger', 'transactions'): _FOUND + "a transaction now copies it (branch junction), but a writer opened after it has another event file name (the clock, the process id, a count in the process), and a sub-run (capture_preds, Interpretation) writes an event file of its own",
     (('ThresholdStopperCB', 'BatchTransformCB'), 'resume'): _FOUND + "a stop the stopper asks for at an epoch's checkpoint is in no checkpoint written there: the straight fit ends after epoch 0, the fit resumed from that checkpoint trains epoch 1 (tests/test_stoppers.py, xfail)",
+    **{(n, 'processes'): _FOUND + "a stop raised after a training batch's step (in `cleanup_batch`) is agreed at the next batch's `before_step` (RanksCB): that batch's forward and backward run on every process first, one process would not start it (the clock counts it: 2 batches against 1; GradNormCB records its norm; MomentumTrainCB keeps its gradients)" for n in ('OneBatchCB', 'SingleBatchCB')},
     ('SWACB', 'transactions'): _FOUND + "after lr_find the next fit trains otherwise (batch 14's loss 1.0269 against 1.0486, valid loss 1.0094 against 1.0400), with the averaged model's copy now made without hooks (branch junction)",
 }
 

@@ -80,3 +80,26 @@ def test_graphs_compares_a_json_lines_file_by_its_numbers_not_its_byte_count():
         case = Case(callbacks=lambda folder: [MetricsCB(acc=MulticlassAccuracy(num_classes=3), show=False), *[c(folder/'checkpoints') for c in more],
                                               EvalSetsCB(more=tiny_dls(seed=1).valid), JSONLinesLogger(folder/'log.jsonl'), UnfreezeCB(), GradClipCB(0.5)])
         assert check_graphs(case) == []
+
+def test_two_processes_equal_one_with_the_metrics_and_the_loggers():
+    """The processes invariant (aisaac.processes): found when it was built, the history's batch losses and MetricsCB.losses_batch held
+    each process's share of each batch (batch 0's 1.0071 on one process, 1.0273 and 0.9870 on the two), and the clock counted each
+    process's samples (48 against 96); now each global batch's loss and every process's samples"""
+    from torcheval.metrics import MulticlassAccuracy
+    from aisaac.all import MetricsCB, CSVLogger, JSONLinesLogger
+    from aisaac.processes import check_processes
+    case = Case(callbacks=lambda folder: [MetricsCB(acc=MulticlassAccuracy(num_classes=3), show=False), CSVLogger(folder/'log.csv'),
+                                          JSONLinesLogger(folder/'log.jsonl')])
+    assert check_processes(case) == []
+    steps = Case(callbacks=case.callbacks, fit={'steps': 9, 'lr': 1e-2})  # (a fit counted in steps: rows by step)
+    assert check_processes(steps) == []
+
+def test_the_processes_invariant_finds_a_count_of_one_process_only():
+    from aisaac.processes import check_processes
+    class CountItems(Callback):
+        def before_fit(self, t): self.n = 0
+        def after_batch(self, t):
+            if t.training: self.n += len(t.batch[1])
+        def state_dict(self): return {'n': self.n}
+    assert check_processes(Case(callbacks=[CountItems()])) == ['rank 0: callbacks.CountItems.n: 96 != 48']
+    assert check_processes(Case(make=lambda cbs, bs=8: None)) == ["not checked: `make` takes no `world` (the processes' count, to give each process its share of the batches)"]
