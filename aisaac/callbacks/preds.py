@@ -121,8 +121,11 @@ def _validating_on(dls, dl):
     finally: dls.valid = valid
 
 class _OneLoader(Callback):
-    "In the passes of `capture_preds`: no evaluation set (`EvalSetsCB`) is evaluated, only the loader predicted on"
+    "In the passes of `capture_preds` (a sub-run, `Interpretation`'s too): no evaluation set (`EvalSetsCB`) is evaluated, only the loader predicted on, and the callbacks with `sub_runs = False` (the file loggers, `CheckpointCB`) are off: the run's files stay as they were"
     order = -10_000
+    def around_fit(self, trainer):
+        trainer.switch_off([cb for cb in trainer.cbs if getattr(cb, 'sub_runs', True) is False])  # (on again when the fit ends)
+        yield
     def before_fit(self, trainer): trainer.eval_sets = {}
 
 def capture_preds(trainer:Trainer, # the trainer whose model predicts: `trainer.capture_preds(...)` calls this
