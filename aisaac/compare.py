@@ -35,9 +35,25 @@ def _timeless(o):
     if isinstance(o, dict): return {k: _timeless(v) for k, v in o.items() if k != 'seconds'}
     return o
 
+_EVENTS = 'events.out.tfevents.'  # a TensorBoard event file's name: then the clock, the host, the process id and a count in the process
+
+def _events(files):
+    "The scalars of a folder's TensorBoard event `files`, as TensorBoard reads them: {tag: [(step, value), ...]}, the files in the order they were opened"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    out = {}
+    for f in sorted(files, key=lambda f: (int(f.name.split('.')[3]), int(f.name.split('.')[-1]))):
+        ea = EventAccumulator(str(f)); ea.Reload()
+        for tag in ea.Tags()['scalars']: out.setdefault(tag, []).extend((e.step, e.value) for e in ea.Scalars(tag))
+    return out
+
 def _files(folder):
-    "The content of each file under `folder`, by its path there"
-    return {} if folder is None else {str(p.relative_to(folder)): _load(p) for p in sorted(Path(folder).rglob('*')) if p.is_file()}
+    "The content of each file under `folder`, by its path there; a folder's TensorBoard event files as one entry, their scalars (their names and bytes hold the clock and the process id)"
+    if folder is None: return {}
+    files, tb = [p for p in sorted(Path(folder).rglob('*')) if p.is_file()], {}
+    for p in files:
+        if p.name.startswith(_EVENTS): tb.setdefault(p.parent, []).append(p)
+    out = {str(p.relative_to(folder)): _load(p) for p in files if not p.name.startswith(_EVENTS)}
+    return out | {str((d/(_EVENTS + '*')).relative_to(folder)): _events(fs) for d, fs in tb.items()}
 
 def _plain_vars(cb):
     "A callback's public attributes that are plain values or tensors (its records: `recs`, `all_preds`...): what a resume and a sub-run must leave as they were, beyond its `state_dict`"

@@ -143,17 +143,9 @@ def reproducer(names, # a combination
             f"print(check_{invariant}(Case(callbacks=lambda folder: [{cbs}])))")
 
 # %% ../nbs/92_coverage.ipynb #9d7b22b8
-_SUBRUNS = "found, not fixed (branch junction did not change it): a sub-run (capture_preds, Interpretation) runs the callbacks that write files, which a sub_runs=False setting is to leave out: the CSV and JSON-lines logs gain the sub-run's validation line, CheckpointCB writes a checkpoint"
 _FOUND = "found by this harness, not fixed yet: "
 KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out of the blocks, reported as known
-    ('CapturePredsCB', 'resume'): _FOUND + "the predictions it keeps over a fit are not in its state_dict: a resumed fit's lack those before the checkpoint",
-    ('CapturePreds', 'resume'): _FOUND + "CapturePredsCB's: the predictions before the checkpoint are lost",
-    ('ItemLossesCB', 'resume'): _FOUND + "the item losses it keeps over a fit are not in its state_dict: a resumed fit's lack those before the checkpoint",
-    **{(n, 'transactions'): _SUBRUNS for n in ('CSVLogger', 'JSONLinesLogger', 'CheckpointCB')},
-    ('TensorBoardLogger', 'transactions'): _FOUND + "a transaction now copies it (branch junction), but a writer opened after it has another event file name (the clock, the process id, a count in the process), and a sub-run (capture_preds, Interpretation) writes an event file of its own",
-    (('ThresholdStopperCB', 'BatchTransformCB'), 'resume'): _FOUND + "a stop the stopper asks for at an epoch's checkpoint is in no checkpoint written there: the straight fit ends after epoch 0, the fit resumed from that checkpoint trains epoch 1 (tests/test_stoppers.py, xfail)",
     **{(n, 'processes'): _FOUND + "a stop raised after a training batch's step (in `cleanup_batch`) is agreed at the next batch's `before_step` (RanksCB): that batch's forward and backward run on every process first, one process would not start it (the clock counts it: 2 batches against 1; GradNormCB records its norm; MomentumTrainCB keeps its gradients)" for n in ('OneBatchCB', 'SingleBatchCB')},
-    ('SWACB', 'transactions'): _FOUND + "after lr_find the next fit trains otherwise (batch 14's loss 1.0269 against 1.0486, valid loss 1.0094 against 1.0400), with the averaged model's copy now made without hooks (branch junction)",
 }
 
 def _known(names, invariant):

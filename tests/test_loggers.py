@@ -400,3 +400,30 @@ def test_a_value_logged_without_a_step_goes_with_its_epoch_in_every_logger(tmp_p
     lines = [json.loads(l) for l in open(tmp_path/'l.jsonl')]
     assert [(l['step'], l['seen']) for l in lines if 'seen' in l] == [(0, 0.0), (1, 1.0), (2, 2.0)]
     assert [l for l in capsys.readouterr().out.splitlines() if 'seen' in l] == [f'epoch {e}: seen {e}' for e in range(3)]
+
+@pytest.mark.parametrize('name', ['CSVLogger', 'JSONLinesLogger', 'CheckpointCB'])
+def test_a_sub_run_leaves_the_runs_files_as_they_were(name):
+    """Found by the invariance harness (issue 51): capture_preds and Interpretation ran the writers, so log.csv / log.jsonl gained the
+    sub-run's validation line and CheckpointCB wrote checkpoint_0002_000000.pt; the writers have `sub_runs = False`, which a sub-run switches off"""
+    from aisaac.coverage import check
+    assert check([name], 'transactions') == []
+
+def test_a_writer_with_sub_runs_on_writes_the_sub_runs_line(tmp_path):
+    "`sub_runs = True` keeps a writer on in a sub-run: the CSV log gains capture_preds's validation line, as before"
+    from aisaac.invariants import tiny_trainer
+    from aisaac.callbacks.loggers import CSVLogger
+    from aisaac.callbacks.metrics import MetricsCB
+    import aisaac.callbacks.preds
+    t = tiny_trainer([MetricsCB(show=False), off := CSVLogger(tmp_path/'off.csv'), on := CSVLogger(tmp_path/'on.csv')])
+    on.sub_runs = True
+    t.fit(1, lr=1e-2)
+    t.capture_preds()
+    assert len((tmp_path/'off.csv').read_text().splitlines()) == 2 and len((tmp_path/'on.csv').read_text().splitlines()) == 3
+
+def test_a_sub_run_leaves_tensorboards_scalars_as_they_were():
+    """Found by the invariance harness (issue 51): capture_preds and Interpretation wrote an event file of their own, and the event files'
+    names (the clock, the process id, a count in the process) differ between two runs; the writer is off in a sub-run, and the harness
+    compares a folder's event files by the scalars TensorBoard reads from them"""
+    pytest.importorskip('tensorboard')
+    from aisaac.coverage import check
+    assert check(['TensorBoardLogger'], 'transactions') == []

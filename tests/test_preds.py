@@ -104,3 +104,23 @@ def test_the_targets_captured_are_the_ones_the_loss_scores_whatever_the_batchs_s
     t = Trainer(SimpleNamespace(train=d, valid=d), torch.nn.CrossEntropyLoss(), torch.optim.SGD, M(), callbacks=[BasicTrainCB()])
     t.fit(1)
     assert torch.equal(t.capture_preds()[1], y)
+
+@pytest.mark.parametrize('name', ['CapturePredsCB', 'CapturePreds'])
+def test_a_resumed_fit_captures_every_batch_as_the_straight_fit_does(name):
+    """Found by the invariance harness (issue 51): the predictions kept before a checkpoint were in no state, so the fit resumed from it had
+    only those after (all_preds (64, 3) against the straight fit's (128, 3), at the end of epoch 0; (40, 3) at batch 2 of epoch 1)"""
+    from aisaac.coverage import check
+    assert check([name], 'resume') == []
+
+def test_the_predictions_in_a_checkpoint_are_tensors_on_the_cpu(tmp_path):
+    "What a checkpoint keeps of `CapturePreds` mid-fit: the rows so far, plain tensors (read with `weights_only=True`); nothing between fits"
+    from aisaac.invariants import tiny_trainer
+    class Save(Callback):
+        order = 1000
+        def checkpoint(self, trainer, at):
+            if at == 'epoch' and trainer.epoch == 0: trainer.save_checkpoint(tmp_path/'c.pt')
+    t = tiny_trainer([cp := CapturePreds(), Save()])
+    t.fit(2, lr=1e-2)
+    state = torch.load(tmp_path/'c.pt', weights_only=True)['callbacks']['CapturePreds']
+    assert {k: tuple(v.shape) for k, v in state.items()} == {'preds': (64, 3), 'targs': (64,), 'inps': (64, 4)}
+    assert all(v.device.type == 'cpu' for v in state.values()) and cp.state_dict() == {} and cp.all_preds.shape == (128, 3)

@@ -207,6 +207,15 @@ class SWACB(WeightAveragingCB):
         super().__init__(start, 1 if every is None else every, valid)
         self.per_pass, self.bn_loader, self.swa = every is None, bn_loader, None
 
+    @property
+    def avg(self):
+        "The averaged model's own tensors, found in it at each use (`None` before it is made): a copy of this callback (a transaction's) keeps them one"
+        return None if (swa := self.__dict__.get('swa')) is None else _weights(swa.module)[1]
+    @avg.setter
+    def avg(self, tensors): # `None`: no average (a state without one loaded)
+        if tensors is not None: raise AttributeError("SWACB's average is its averaged model's: load tensors into it with `load_averaged`")
+        self.swa = None
+
     def after_step(self, trainer):
         "With `every`: average when this applied step is due"
         if not self.per_pass: super().after_step(trainer)
@@ -225,7 +234,6 @@ class SWACB(WeightAveragingCB):
 
     def _make(self, trainer):
         with _no_hooks(unwrap_model(trainer.model)) as model: self.swa = swa_utils.AveragedModel(model)
-        self.avg = _weights(self.swa.module)[1]
 
     def load_averaged(self, trainer, tensors): # the trainer; the averaged tensors, in the order of the model's weights
         "Copy `tensors` into the averaged model (made if needed), with its count"

@@ -14,7 +14,7 @@ from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 import torch
 from fastcore.basics import patch
 from torcheval.metrics.functional import multiclass_confusion_matrix
-from ..utils import to_cpu
+from ..utils import to_cpu, to_device
 from ..plot import show_images
 from ..core.callback import Callback
 from ..overview import CallbackSummary
@@ -44,7 +44,7 @@ class ItemLossesCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.n, self._losses, self._top, self._dls = 0, [], None, []
+        self.n, self._losses, self._top, self._dls, self._moved = 0, [], None, [], True
 
     def after_batch(self, trainer):
         "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device); not an evaluation set's (`EvalSetsCB`: other items, numbered apart)"
@@ -53,16 +53,30 @@ class ItemLossesCB(Callback):
         idxs = torch.arange(self.n, self.n + len(losses), device=losses.device)
         self.n += len(losses)
         self._losses.append(losses)
+        if not self._moved: self._top, self._moved = to_device(self._top, losses.device), True  # (a resume's best items, to the device)
         if not any(dl is trainer.dl for dl in self._dls): self._dls.append(trainer.dl)
         if not (self.keep and (isinstance(x, torch.Tensor) or (isinstance(x, dict) and x))): return  # (other inputs: only the losses)
         new = (losses, idxs, x) if self._top is None else tuple(_cat(o) for o in zip(self._top, (losses, idxs, x)))
         best = new[0].topk(min(self.keep, len(new[0]))).indices
         self._top = tuple(_rows(o, best) for o in new)
 
+    def state_dict(self):
+        "In a fit, the items' losses so far and the inputs of the largest (tensors on the CPU), so that a fit resumed from a checkpoint has them all; empty between fits"
+        if not getattr(self, '_losses', None): return {}
+        return {'n': self.n, 'losses': to_cpu(_cat([to_cpu(l) for l in self._losses])),
+                **({} if self._top is None else dict(zip(('top_losses', 'top_idxs', 'top_inputs'), to_cpu(self._top))))}
+
+    def load_state_dict(self, state:dict): # as made by `state_dict`
+        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet)"
+        if not state: return
+        self.n, self._losses = state['n'], [state['losses']]
+        self._top = tuple(state[k] for k in ('top_losses', 'top_idxs', 'top_inputs')) if 'top_idxs' in state else None
+        self._moved = self._top is None
+
     def cleanup_fit(self, trainer):
         "Bring them to the CPU, once, also when the fit ended early; in a distributed fit, join every process's, numbered in the loader's order"
         if not hasattr(self, '_losses'): return  # (the fit ended before it started)
-        losses = to_cpu(_cat(self._losses))
+        losses = to_cpu(_cat([to_cpu(l) for l in self._losses]))
         top = None if self._top is None else tuple(map(to_cpu, self._top))
         dl, self._losses, self._top = (self._dls[0] if len(self._dls) == 1 else None), [], None
         if _world_size() < 2 or trainer.outcome not in ('ok', 'cancelled'):

@@ -146,6 +146,7 @@ class ConsoleLogger(Logger):
 # %% ../../nbs/callbacks/60_loggers.ipynb #e118de9a
 class CSVLogger(Logger):
     "Write the logged values to a CSV file at `path`: a row per step, a column per name"
+    sub_runs = False  # a sub-run (`capture_preds`, `Interpretation`) writes nothing here: set `True` to have its passes written too
     def __init__(self, path, # the CSV file; its folder is made if needed
                  per:str='epoch'): # `'epoch'` (a row per epoch) or `'batch'` (a row per batch)
         if per == 'all': raise ValueError("a CSV file holds one kind of row: use `per='epoch'` or `per='batch'` (two loggers for both)")
@@ -214,6 +215,7 @@ def _json_value(v):
 
 class FileLogger(Logger):
     "Base of the loggers that write a text file at `path`: opened at each fit, flushed each epoch, closed at the end"
+    sub_runs = False  # a sub-run (`capture_preds`, `Interpretation`) writes nothing here: set `True` to have its passes written too
     def __init__(self, path, # the file; its folder is made if needed
                  per:str='all'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         super().__init__(per)

@@ -154,7 +154,7 @@ class MetricsCB(Callback):
     before_fit.hidden = True  # (not shown among the handlers: `around_fit` does the work)
 
     def _start(self, trainer):
-        self.device, self.row, self._mute, self._ended = None, {}, False, False
+        self._on, self.row, self._mute, self._ended = None, {}, False, False
         cb = next((cb for cb in trainer.cbs if isinstance(cb, BasicTrainCB)), None)
         self._reader, self._items = (None, None) if cb is None else (cb.targets, cb.loss_items)
         self._reset()
@@ -169,7 +169,7 @@ class MetricsCB(Callback):
         self._in_pass = True
         if not trainer.training: self._valid = self.metrics if (e := getattr(trainer, 'eval_set', None)) is None else self.set_metrics[e.name]
         p = next(trainer.model.parameters(), None)
-        if self.device is None and p is not None and (self.train_metrics if trainer.training else self._valid): self._to(p.device)
+        if self._on is None and p is not None and (self.train_metrics if trainer.training else self._valid): self._to(p.device)
 
     def _reset(self): self.batch_losses, self.batch_sizes, self.batch_counts, self.resumed_losses = [], [], [], torch.zeros(0)
 
@@ -188,7 +188,7 @@ class MetricsCB(Callback):
         if ms := (self.train_metrics if trainer.model.training else self._valid):
             p = trainer.preds
             preds = p.detach() if isinstance(p, torch.Tensor) else _detached(p)  # (a VAE's `(x_hat, mu, logvar)`: the same tuple, detached)
-            if self.device is None and (d := _device(preds)) is not None: self._to(d)
+            if self._on is None and (d := _device(preds)) is not None: self._to(d)
             for m in ms.values(): m.update(preds, targets)
 
     def void_batches(self, trainer, first:int): # the clock's count of batches before the first void one
@@ -210,7 +210,7 @@ class MetricsCB(Callback):
         return self._reader(b)[0]
 
     def _to(self, device):
-        self.device = device
+        self._on = device
         for m in (*self.metrics.values(), *self.train_metrics.values(), *(m for ms in self.set_metrics.values() for m in ms.values())):
             if hasattr(m, 'to'): m.to(device)
 
@@ -234,7 +234,7 @@ class MetricsCB(Callback):
         split = 'train' if training else self._loss_cells[prefix[:-1]] if prefix else 'valid'  # an evaluation set's pass: 'code/valid' (or its `loss_name`)
         sizes = _weights(self.batch_sizes)
         if not self.row:  # the epoch's first pass: nothing of it recorded yet; a run measured in steps numbers its rows by step
-            self.step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
+            self._step = self._next_step(trainer.history) if trainer.steps is None else trainer.clock.step
             self.row['epoch' if trainer.steps is None else 'step'] = trainer.epoch if trainer.steps is None else trainer.clock.step
             if not training and trainer.do_train: self.row |= dict.fromkeys(['train', *self.train_metrics])  # a validation before training (`valid_first`): the row's columns still come in their order
         ms = self.train_metrics if trainer.training else self._valid
@@ -291,8 +291,8 @@ class MetricsCB(Callback):
         names = [k for k in (*self.train_metrics, *self.metrics) if row.get(k) is not None]
         if names or not trainer.training: self.metrics_epoch.append({k: row[k] for k in names})  # a row per validated epoch, as AIsaac
         values = {_history_name(k): v for k, v in row.items() if k not in ('epoch', 'step') and v is not None}  # in the row's order: train, then valid
-        for k, v in values.items(): trainer.history.update_metric(k, v, step=self.step)
-        trainer.log(values, step=self.step)
+        for k, v in values.items(): trainer.history.update_metric(k, v, step=self._step)
+        trainer.log(values, step=self._step)
         trainer.run_callbacks('log_metrics', metrics=row)
         if (self.show or (self.show is None and not self._shown(trainer))) and is_main_process() and not self._mute:  # one process prints
             if not try_print({k: f'{v:.3f}' if isinstance(v, float) else v for k, v in row.items() if v is not None}): self._gone()

@@ -72,7 +72,7 @@ class CapturePredsCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.preds, self.targs, self.xs, self._dls = [], [], [], []
+        self.preds, self.targs, self.xs, self._dls, self._before = [], [], [], [], None
 
     def after_batch(self, trainer):
         "Keep the batch's predictions, targets and inputs, on the device (not those of an evaluation set's pass: `dls.valid`'s, or the loader asked for)"
@@ -85,9 +85,24 @@ class CapturePredsCB(Callback):
         "Join them on the CPU, once, also when the fit ended early; in a distributed fit, every process's, in the loader's order"
         if not hasattr(self, 'preds'): return  # (the fit ended before it started)
         dl = self._dls[0] if len(self._dls) == 1 else None
-        items = [to_cpu(_cat(o)) for o in (self.preds, self.targs, self.xs)]
+        items = self._joined()
         self.all_preds, self.all_targs, self.all_inps = join_items(trainer, dl, *items)
-        self.preds, self.targs, self.xs, self._dls = [], [], [], []
+        self.preds, self.targs, self.xs, self._dls, self._before = [], [], [], [], None
+
+    def _joined(self):
+        "The predictions, targets and inputs kept so far, on the CPU: a resumed fit's from its checkpoint first"
+        now = [to_cpu(_cat(o)) for o in (self.preds, self.targs, self.xs)]
+        if self._before is None: return now
+        return [b if n is None else n if b is None else _cat([b, n]) for b, n in zip(self._before, now)]
+
+    def state_dict(self):
+        "In a fit, the predictions, targets and inputs kept so far (tensors on the CPU: one row an item), so that a fit resumed from a checkpoint has them all; empty between fits"
+        if not (getattr(self, 'preds', None) or getattr(self, '_before', None)): return {}
+        return {k: v for k, v in zip(('preds', 'targs', 'inps'), self._joined()) if v is not None}
+
+    def load_state_dict(self, state:dict): # as made by `state_dict`
+        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet)"
+        self._before = tuple(state.get(k) for k in ('preds', 'targs', 'inps')) if state else None
 
 class CapturePreds(CapturePredsCB):
     "The fastai course's `CapturePreds`: `CapturePredsCB` keeping the inputs too, in `all_inps`"
@@ -106,8 +121,11 @@ def _validating_on(dls, dl):
     finally: dls.valid = valid
 
 class _OneLoader(Callback):
-    "In the passes of `capture_preds`: no evaluation set (`EvalSetsCB`) is evaluated, only the loader predicted on"
+    "In the passes of `capture_preds` (a sub-run, `Interpretation`'s too): no evaluation set (`EvalSetsCB`) is evaluated, only the loader predicted on, and the callbacks with `sub_runs = False` (the file loggers, `CheckpointCB`) are off: the run's files stay as they were"
     order = -10_000
+    def around_fit(self, trainer):
+        trainer.switch_off([cb for cb in trainer.cbs if getattr(cb, 'sub_runs', True) is False])  # (on again when the fit ends)
+        yield
     def before_fit(self, trainer): trainer.eval_sets = {}
 
 def capture_preds(trainer:Trainer, # the trainer whose model predicts: `trainer.capture_preds(...)` calls this

@@ -105,6 +105,7 @@ def _check_every(name, n):
 class CheckpointCB(Callback):
     "Save a checkpoint in `dir` every `every_n_epochs` epochs, every `every_n_batches` batches or `every` (steps, tokens, minutes...), keeping the `keep_last` newest"
     order = 100  # after the other `checkpoint` handlers: the checkpoint holds their work
+    sub_runs = False  # a sub-run (`capture_preds`, `Interpretation`) saves no checkpoint: set `True` to have it save them
     # runs on every process: a sharded model's checkpoint is written by all of them (a plain one by the main process only)
     def __init__(self, dir='checkpoints', # the folder of the checkpoints, made if needed
                  every_n_epochs:int=1, # save at the end of every n-th epoch (`None`: never at an epoch's end)

@@ -48,17 +48,37 @@ class _MetricStopper(Callback):
     def __init__(self, watch_metric, greater_is_better):
         self.watch = MetricWatch(watch_metric, type(self).__name__)
         self.watch_metric, self.greater_is_better, self.needs = watch_metric, greater_is_better, (watch_metric,)
+        self.reason, self._pending, self._in_fit = None, None, False
 
     def before_fit(self, trainer):
         "Note the values of the metric the history has before this fit: only new ones count"
-        self.reason = None
+        self.reason, self._pending, self._in_fit = None, None, True
         self.watch.start(trainer.history)
+
+    def cleanup_fit(self, trainer):
+        "The fit is over: a state loaded from now on is the next fit's"
+        self._in_fit = False
+
+    def before_train(self, trainer):
+        "A fit resumed from a checkpoint written at the stop it asked for (loaded now, by the fit's tracker) ends there, as the straight fit did"
+        if (reason := self._pending) is None: return
+        self._pending, self.reason = None, reason
+        trainer.request_stop(reason)
+        raise CancelFitException(reason)
 
     def checkpoint(self, trainer, at):
         "At the end of each epoch, read the metric (an error if the epoch recorded none; an evaluation set's, when the set was evaluated); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
         if at != 'epoch' or (value := self.watch.latest(trainer.history, trainer.epoch, required=metric_due(trainer, self.watch_metric))) is None: return
         if (reason := self._should_stop(value, trainer)) is not None:
             _stop(self, f"{reason}; the fit stops after {f'step {trainer.clock.step}' if _in_steps(trainer) else f'epoch {trainer.epoch}'}", trainer)
+
+    def stop_state(self):
+        "The stop asked for in this fit, if any: in the checkpoints written at its epoch's end, so that a fit resumed from one ends there too"
+        return {} if self.reason is None else {'stop': self.reason}
+
+    def load_stop(self, state:dict): # as made by `stop_state` (or a subclass's `state_dict`)
+        "A stop in a state loaded by a resume (in a fit) ends the resumed fit before its first pass; loaded between fits it is no one's"
+        self._pending = state.get('stop') if self._in_fit else None
 
     def _better(self, a, b, by=0.):
         "Whether `a` beats `b` by more than `by`"
@@ -102,13 +122,14 @@ class EarlyStoppingCB(_MetricStopper):
 
     def state_dict(self):
         "The best value, its epoch and step, and the epochs waited, for checkpoints"
-        return {'best': self.best, 'best_epoch': self.best_epoch, 'best_step': self.best_step, 'wait': self.wait}
+        return {'best': self.best, 'best_epoch': self.best_epoch, 'best_step': self.best_step, 'wait': self.wait, **self.stop_state()}
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
         "Restore the best value, its epoch and step, and the epochs waited (loaded between fits: for the next fit); a state without `best_step` (an older aisaac's) loads too"
         self.best, self.best_epoch, self.wait = state['best'], state['best_epoch'], state['wait']
         self._loaded = not self._in_fit  # (in a fit, a resume's load: that fit's only)
         self.best_step = state.get('best_step')
+        self.load_stop(state)
 
 # %% ../../nbs/callbacks/54_stoppers.ipynb #b0d61185
 def _lower_is_better(name):
@@ -127,3 +148,11 @@ class ThresholdStopperCB(_MetricStopper):
     def _should_stop(self, value, trainer):
         if value == self.threshold or self._better(value, self.threshold):
             return f"{self.watch_metric} is {value:.6g}, which reached the threshold {self.threshold} ({'>=' if self.greater_is_better else '<='})"
+
+    def state_dict(self):
+        "The stop asked for in this fit, if any (empty: no state), for the checkpoints written at its epoch's end"
+        return self.stop_state()
+
+    def load_state_dict(self, state:dict): # as made by `state_dict`
+        "A resume's stop ends the resumed fit where the straight one ended"
+        self.load_stop(state)

@@ -64,6 +64,7 @@ def _cut_events(log_dir:Path, last:dict):
 # %% ../../nbs/callbacks/62_trackers.ipynb #c368593f
 class TensorBoardLogger(Logger):
     "Write the logged values and images as TensorBoard event files in `log_dir` (extra `tensorboard`)"
+    sub_runs = False  # a sub-run (`capture_preds`, `Interpretation`) writes nothing here: set `True` to have its passes written too
     breaks = {'resume': 'TensorBoard names and stamps its event files with the wall-clock time and the process id', 'accumulation': 'TensorBoard names and stamps its event files with the wall-clock time and the process id', 'graphs': 'TensorBoard names and stamps its event files with the wall-clock time and the process id', 'processes': 'TensorBoard names and stamps its event files with the wall-clock time and the process id'}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, log_dir=None, # the run's folder; default `runs/<date>_<host>` (TensorBoard's own default)
                  per:str='all'): # which values to write: `'epoch'`, `'batch'` or `'all'`
