@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/compare.html.md"""
 __all__ = ['snapshot', 'differences']
 
 # %% ../nbs/90a_compare.ipynb #69898c0a
-import copy, math, random, warnings
+import copy, math, random, re, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -82,6 +82,13 @@ def snapshot(trainer, # a trainer after its fit
     if rng: out['rng'] = {'torch': torch.get_rng_state(), 'python': random.getstate()[1], 'numpy': np.random.get_state()[1]}
     return copy.deepcopy(out if folder is None else _unfold(out, folder))
 
+_number = re.compile(r'-?\d+\.\d+(?:e[-+]?\d+)?')
+def _close_texts(a, b, tol):
+    "Whether texts `a` and `b` are the same but for decimal numbers that agree to `tol` (a message that quotes a loss)"
+    na, nb = _number.findall(a), _number.findall(b)
+    if _number.sub('#', a) != _number.sub('#', b) or len(na) != len(nb): return False
+    return all(abs(float(x) - float(y)) <= tol * max(1., abs(float(x)), abs(float(y))) for x, y in zip(na, nb))
+
 def _num(a):
     if isinstance(a, torch.Tensor): return a.detach().double().cpu()
     if isinstance(a, np.ndarray): return torch.from_numpy(a).double()
@@ -125,6 +132,7 @@ def differences(a, # a snapshot (or any nested dicts, lists, tensors and numbers
         else:
             try: same = bool(a == b)
             except Exception: same = repr(a) == repr(b)
+            if not same and tol and isinstance(a, str) and isinstance(b, str): same = _close_texts(a, b, tol)  # ('valid_loss is 0.981073' and '0.981074')
             if not same: out.append(f"{w}: {a!r:.80} != {b!r:.80}")
     go(a, b, where)
     return out

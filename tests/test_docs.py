@@ -324,3 +324,15 @@ def test_the_sidebar_names_a_page_by_its_title_up_to_a_colon():
     docs_site.write_sidebar()
     side = yaml.safe_load((docs_site.NBS/'sidebar.yml').read_text())['website']['sidebar']['contents']
     assert {'href': 'tutorials/vision.ipynb', 'text': 'Vision'} in side[1]['contents'], side[1]
+
+def test_no_page_shows_the_doc_and_test_tools_imports():
+    "nbdev's convention (issue 50 item 5): a cell that only imports `nbdev.showdoc` and `fastcore.test` is hidden (`#| hide`); it still runs under nbdev-test. (Such imports inside a cell with other imports are shown still: moving them would shift the cells that tests count)"
+    noise = re.compile(r'^(from nbdev\.showdoc import .*|from fastcore\.test import .*)$')
+    shown = []
+    for p in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        for i, c in enumerate(json.loads(p.read_text())['cells']):
+            lines = [l for l in ''.join(c['source']).splitlines() if l.strip()]
+            if c['cell_type'] != 'code' or any(l.startswith('#|') and 'hide' in l for l in lines): continue
+            code = [l for l in lines if not l.startswith('#')]
+            if code and all(noise.match(l) for l in code): shown.append(f"{p.relative_to(ROOT)} cell {i}")
+    assert not shown, f"{len(shown)} cells that only import the doc and test tools show on the site: mark them `#| hide`: {shown[:10]}"
