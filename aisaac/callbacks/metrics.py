@@ -97,7 +97,7 @@ def _whole(trainer, losses, sizes, ms):
     total, n = (sum(e['sums'][i] for e in every) for i in (0, 1))
     found = {name: float(_merged(m, [e['states'][name] for e in every]).compute() if name in own['states'] else m.compute()) for name, m in ms.items()}
     per = None  # each global batch's loss: the processes' shares of it weighted by their sizes (the same number of batches on each)
-    if len({len(e['batches'][0]) for e in every}) == 1 and len(own['batches'][0]) == len(losses):
+    if len({len(e['batches'][0]) for e in every}) == 1:
         s, c = (torch.tensor([e['batches'][i] for e in every], dtype=torch.float64).sum(0) for i in (0, 1))
         per = (s / c).tolist()
     return (total / n if n else float('nan')), found, per
