@@ -90,7 +90,7 @@ def test_early_stopping_in_a_step_run_names_the_steps():
     assert (t.clock.step, stopper.best, stopper.best_epoch, stopper.best_step) == (6, 0.9, None, 4)
     assert stopper.reason == ("EarlyStoppingCB: valid_loss has not improved by more than 0.01 for 1 interval (best 0.9 at step 4, now 0.895); "
                               "the fit stops after step 6")  # was "for 1 epoch (best 0.9 at epoch 1, ...) ... after epoch 2"
-    assert stopper.state_dict() == {'best': 0.9, 'best_epoch': None, 'best_step': 4, 'wait': 1}
+    assert stopper.state_dict() == {'best': 0.9, 'best_epoch': None, 'best_step': 4, 'wait': 1, 'stop': stopper.reason}  # (the stop it asked for: a checkpoint written then resumes to it)
     old = EarlyStoppingCB(); old.load_state_dict({'best': 0.9, 'best_epoch': 1, 'wait': 0})
     assert (old.best, old.best_epoch, old.best_step, old.wait) == (0.9, 1, None, 0)
 
