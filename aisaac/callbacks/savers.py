@@ -95,7 +95,7 @@ def _remove_stale_temps(dir, # the folder of the checkpoints
         elif (pid := _writer(p)) is not None and pid != os.getpid() and not _alive(pid): p.unlink(missing_ok=True)
 
 # %% ../../nbs/callbacks/70_savers.ipynb #232f0ed5
-_own_counts = ('seconds', 'samples', 'tokens')  # what each process's clock counts its own way: its time, its batches' samples and tokens
+_own_counts = ('seconds', 'samples', 'tokens')  # what each process's clock may hold its own way at a batch's end: its time; samples and tokens (RanksCB sums them at its agreements, which a batch of an accumulation window that takes no step does not reach)
 # (a batch padded to its longest sequence has as many tokens as that process's sequences need); epochs, steps and batches agree
 
 def _check_every(name, n):
