@@ -277,8 +277,9 @@ def cases(request):
 @torchrun_cases.uses('ddp')
 def test_on_two_processes_each_set_records_the_whole_sets_figures(cases):
     """DDP on 2 gloo processes, each process its half of the training data, of dls.valid and of each set (a DistributedSampler): both
-    processes record the same figures as one process over the same data, for both sets at their steps; b's interval in samples,
-    which each process counts its own way (rank 0's batches hold 3 times rank 1's samples here), follows rank 0's clock"""
+    processes record the same figures as one process over the same data, for both sets at their steps; c's interval in samples
+    follows the whole run's clock (RanksCB sums the processes' samples: rank 0's batches hold 3 times rank 1's here, 64 samples an
+    epoch in all, so c is due every epoch, where rank 0's own 48 would make it due from epoch 1 and rank 1's 16 at epoch 3 only)"""
     import evals_run
     r0, r1 = cases('ddp')
     ref = evals_run.run(1)
@@ -287,7 +288,7 @@ def test_on_two_processes_each_set_records_the_whole_sets_figures(cases):
     for n, s in ref.items():
         assert r0['history'][n]['steps'] == s['steps'], n
         assert torch.allclose(torch.tensor(r0['history'][n]['values']), torch.tensor(s['values']), atol=1e-5, rtol=1e-5), (n, r0['history'][n], s)
-    assert r0['c_steps'] == r1['c_steps'] == [1, 2, 3] and r0['c_samples'] != r1['c_samples']
+    assert r0['c_steps'] == r1['c_steps'] == [0, 1, 2, 3] and r0['c_samples'] == r1['c_samples'] == 256, (r0, r1)
 
 @torchrun_cases.uses('accel')
 def test_under_accelerate_on_two_processes_a_prepared_set_is_whole(cases):
