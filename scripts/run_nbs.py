@@ -166,10 +166,19 @@ def sanitise(nb):
             if 'traceback' in o: o['traceback'] = clean(o['traceback'])
     return nb
 
+def kernels():
+    """The CPU kernels this machine's PyTorch runs, e.g. 'x86_64 AVX512': float32 sums come out in another order on another kind
+    (AVX2 against AVX-512), so a seeded training's last digits, and a chaotic one's later figures, differ between them"""
+    import platform, torch
+    return f'{platform.machine()} {torch.backends.cpu.get_cpu_capability()}'
+
 def write(nb, path):
-    "Save the executed `nb` at `path` as the docs keep it: no widget state, no machine paths, cleaned by `nbdev-clean`"
+    """Save the executed `nb` at `path` as the docs keep it: no widget state, no machine paths, cleaned by `nbdev-clean`; the
+    notebook's metadata says which CPU kernels gave its outputs (`kernels`: tests/test_notebooks.py compares a re-run on another kind
+    more loosely)"""
     import nbformat
     nb.metadata.pop('widgets', None)
+    nb.metadata['aisaac'] = {'outputs_from': kernels()}
     nbformat.write(sanitise(nb), path)
     subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(path)], check=True, cwd=ROOT)
 
