@@ -10,13 +10,19 @@ sys.path.insert(0, str(HERE))
 import junction_run as jr
 import torchrun_cases
 
-def launch(out, case): return torchrun_cases.launch(HERE/'junction_run.py', out, case)
+TORCHRUN_CASES = HERE/'junction_run.py', {c: [c] for c in ('lsuv', 'preds', 'preds_dict', 'preds_early', 'lm')}
 
-def test_lsuvinitcb_starts_every_process_from_rank_0s_initialisation(tmp_path):
+@pytest.fixture(scope='module')
+def cases(request):
+    "Each process's result of a case of tests/junction_run.py: the cases the selected tests use run in one torchrun launch (`torchrun_cases.Cases`)"
+    return torchrun_cases.Cases(request, *TORCHRUN_CASES)
+
+@torchrun_cases.uses('lsuv')
+def test_lsuvinitcb_starts_every_process_from_rank_0s_initialisation(cases):
     """Every parameter equal on both processes after the initialisation and a step (the BatchNorm's running statistics are each
     process's own under DDP, as always). Before: each process rescaled the layers on its own first batch, and DDP trained from two
     different models: the weights differed by up to 0.0572 (the first layer's bias; 0.0417 its weight, 0.0526 the last layer's)"""
-    r0, r1 = launch(tmp_path, 'lsuv')
+    r0, r1 = cases('lsuv')
     assert 'result' in r0 and 'result' in r1, (r0, r1)
     params = [k for k in r0['result'] if not k.split('.')[-1].startswith(('running_', 'num_batches'))]
     assert len(params) == 6
@@ -31,13 +37,14 @@ def reference(case):
 def close(a, b): return torch.allclose(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64), atol=1e-6)
 
 @pytest.mark.parametrize('case', ['preds', 'preds_dict', 'preds_early'])
-def test_captured_predictions_and_item_losses_join_every_process_in_the_loaders_order(tmp_path, case):
+@torchrun_cases.uses('preds', 'preds_dict', 'preds_early')
+def test_captured_predictions_and_item_losses_join_every_process_in_the_loaders_order(cases, case):
     """`capture_preds`, `Interpretation.from_trainer` (the whole validation set) and `CapturePredsCB`/`ItemLossesCB` in a fit cancelled after
     the 2nd batch give, on both processes, what one process gives over the same 30 items: every prediction, target, input and item
     loss in the loader's order, the same items of largest loss. Before: each process kept its own 15 items (8 after the cancel, none
     at all: the join was in `after_fit`, which a cancel skips), numbered from 0 on each; dict batches failed with `KeyError: 0`"""
     ref = reference(case)
-    r0, r1 = launch(tmp_path, case)
+    r0, r1 = cases(case)
     for r in (r0, r1):
         assert 'result' in r, r
         got = r['result']
@@ -48,13 +55,14 @@ def test_captured_predictions_and_item_losses_join_every_process_in_the_loaders_
         assert got['top_idxs'] == ref['top_idxs']
         if case != 'preds_early': assert got['top'] == ref['top']
 
-def test_two_processes_train_a_language_model_as_one(tmp_path):
+@torchrun_cases.uses('lm')
+def test_two_processes_train_a_language_model_as_one(cases):
     """A token-weighted loss (`lm_loss`, the mean over the tokens not -100) under DDP: 2 processes of 2 padded sequences a batch train
     as one process on the global batch of 4, each token of the global batch counting once (float rounding). Before: each process's loss
     was the mean over its own tokens and DDP averaged the two means, so a process with fewer tokens weighed each more: after 8 steps
     the weights differed from one process's by up to 0.1448 (now below 1e-6)"""
     ref = reference('lm')
-    r0, r1 = launch(tmp_path, 'lm')
+    r0, r1 = cases('lm')
     for r in (r0, r1):
         assert 'result' in r, r
         diff = max((torch.tensor(r['result'][k]) - torch.tensor(ref[k])).abs().max().item() for k in ref)
