@@ -88,22 +88,34 @@ def has_cuda():
 # would. A cell after it whose outputs change then depends on whether the slow cells ran (it should seed itself).
 DRAW = "import random as _r, numpy as _np, torch as _t; _r.random(); _np.random.rand(); _t.rand(1); del _r, _np, _t"
 
+# The pages tests/test_notebooks.py re-runs in a kernel beside pytest-xdist's other worker (its FAST) and compares with their saved
+# outputs: saved and re-run with one torch thread, which keeps 2 cores from being oversubscribed (137 s against 11 s for the first tutorial)
+ONE_THREAD = ('tutorials/callbacks.ipynb', 'tutorials/custom_callbacks.ipynb', 'guides/coming_from_pytorch_accelerated.ipynb', 'guides/coming_from_nanogpt.ipynb')
+
+def kernel_env(threads=None):
+    "The kernel's environment, with `threads` torch (OpenMP) threads: None leaves the environment's number, 'default' torch's own"
+    env = dict(KERNEL_ENV)
+    if threads == 'default': env.pop('OMP_NUM_THREADS', None)
+    elif threads is not None: env['OMP_NUM_THREADS'] = str(threads)
+    return env
+
 def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3',
-        stand_in=None): # code run in place of each skipped slow cell (e.g. `DRAW`); its outputs are not kept
+        stand_in=None, # code run in place of each skipped slow cell (e.g. `DRAW`); its outputs are not kept
+        threads=None): # the kernel's torch threads (`kernel_env`); the saved notebook says how many
     "Execute `nb_path` in a kernel; save it with its outputs when every cell ran. Returns (ok, seconds, slow cell times, notebook)"
     import nbformat, tempfile
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     nb = nbformat.read(nb_path, as_version=4)
-    t0, slow, i = time.time(), [], 0
+    t0, slow, i, env = time.time(), [], 0, kernel_env(threads)
     try:
         with tempfile.TemporaryDirectory() as sockets:  # the kernel talks over local sockets, not TCP
             km = KernelManager(kernel_name=kernel, transport='ipc', ip=os.path.join(sockets, 'kernel'))
             client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False, store_widget_state=False,
                                     resources={'metadata': {'path': str(nb_path.parent)}})
             try:
-                with client.setup_kernel(env=KERNEL_ENV):
+                with client.setup_kernel(env=env):
                     for i, cell in enumerate(nb.cells):
                         if stand_in and skip_slow and cell.cell_type == 'code' and 'slow' in directives(cell.source):
                             client.execute_cell(nbformat.v4.new_code_cell(stand_in), i)
@@ -117,6 +129,7 @@ def run(nb_path, skip_slow=False, save=True, timeout=1800, kernel='python3',
         msg = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).strip().splitlines()
         print(f"!!! {rel(nb_path)}: cell {i} failed; not saved:\n    " + '\n    '.join(msg[-12:]))
         return False, time.time() - t0, slow, nb
+    nb.metadata['aisaac'] = {'outputs_from': kernels(), 'threads': env.get('OMP_NUM_THREADS', 'default')}
     if save: write(nb, nb_path)
     return True, time.time() - t0, slow, nb
 
@@ -174,11 +187,11 @@ def kernels():
 
 def write(nb, path):
     """Save the executed `nb` at `path` as the docs keep it: no widget state, no machine paths, cleaned by `nbdev-clean`; the
-    notebook's metadata says which CPU kernels gave its outputs (`kernels`: tests/test_notebooks.py compares a re-run on another kind
-    more loosely)"""
+    notebook's metadata says which CPU kernels and how many threads gave its outputs (`run`, `kernels`: tests/test_notebooks.py re-runs
+    a page with its threads, and compares a re-run on another kind of CPU more loosely)"""
     import nbformat
     nb.metadata.pop('widgets', None)
-    nb.metadata['aisaac'] = {'outputs_from': kernels()}
+    nb.metadata.setdefault('aisaac', {'outputs_from': kernels()})
     nbformat.write(sanitise(nb), path)
     subprocess.run([str(Path(sys.executable).parent/'nbdev-clean'), '--fname', str(path)], check=True, cwd=ROOT)
 
@@ -189,13 +202,16 @@ if __name__ == '__main__':
     ap.add_argument('--check', action='store_true', help='run only; save nothing')
     ap.add_argument('--timeout', type=int, default=1800, help='seconds a cell may take (default %(default)s)')
     ap.add_argument('-j', '--jobs', type=int, default=1, help='notebooks run at once, each in its own kernel (default %(default)s)')
+    ap.add_argument('--threads', help="the kernels' torch threads (OMP_NUM_THREADS), a number or 'default' (default: the environment's); "
+                                      "(ONE_THREAD's pages: 1, as tests/test_notebooks.py re-runs them)")
     args = ap.parse_args()
     try: import nbclient, nbformat  # noqa: F401
     except ImportError: sys.exit('!!! nbclient is missing: pip install -e ".[docs]" (or `make setup`, whose EXTRAS include docs)')
     nbs, t0 = find_notebooks(args.paths), time.time()
     from concurrent.futures import ThreadPoolExecutor
     def one(nb):
-        ok, secs, slow, _ = run(nb, skip_slow=args.skip_slow, save=not args.check, timeout=args.timeout)
+        threads = args.threads or ('1' if nb.is_relative_to(NBS) and nb.relative_to(NBS).as_posix() in ONE_THREAD else None)
+        ok, secs, slow, _ = run(nb, skip_slow=args.skip_slow, save=not args.check, timeout=args.timeout, threads=threads)
         extra = ''.join(f"; slow cell {i}: {s:.0f} s" for i, s in slow)
         print(f"{'ran' if ok else 'FAILED'} {rel(nb)} in {secs:.1f} s{extra}", flush=True)
         return nb, ok

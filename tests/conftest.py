@@ -1,10 +1,14 @@
 "pytest settings for the whole suite."
-import inspect, re
+import inspect, os, re
 import torch
 
 # The models in the tests are tiny: one thread is faster than torch's default on a small, shared CPU (two threads per
 # process thrash when several processes run), and makes CPU results reproducible from run to run.
 torch.set_num_threads(1)
+# The same for the processes the tests start (fresh Pythons, torchrun's, Jupyter kernels), unless the environment says otherwise:
+# with torch's default of 2 threads beside pytest-xdist's other worker, the 2 cores were oversubscribed and OpenMP's waiting threads
+# thrashed (the first tutorial in a kernel: 137 s against 11 s with 1 thread).
+os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 # Tests marked `cuda` (tests/test_cuda.py) need a GPU: skipped, with the reason, where torch sees none.
 _NO_GPU = ("needs a CUDA GPU and torch.cuda.is_available() is False here: run `pytest -m cuda tests/test_cuda.py -rs` "

@@ -255,8 +255,10 @@ NUMBER = re.compile(r'-?\d+(?:\.\d+)?(?:e[+-]?\d+)?')
 TOLERANCE = dict(rel=5e-3, abs=2e-3)  # a figure agrees when |re-run - saved| <= 0.002 + 0.5 % of it: a stale output is far off
 # Outputs saved on a CPU of another kind (run_nbs.kernels: AVX2 against AVX-512) sum float32 in another order: a seeded 1-epoch SGD
 # run of the first tutorial read valid loss 0.787696 / accuracy 0.696 saved on an AMD EPYC (AVX2) and 0.79509 / 0.691 on a Xeon
-# (AVX-512), 0.9 % apart, every other figure of the four pages within TOLERANCE. Across kinds a figure agrees within 3 % + 0.01.
-ACROSS_KINDS = dict(rel=3e-2, abs=1e-2)
+# (AVX-512), 0.9 % apart, every other figure of the four pages within TOLERANCE; that cell's momentum SGD at lr 0.1 is chaotic
+# enough that 1 thread against 2 on the one Xeon moved it 3.7 % (0.765402 / 0.716 against 0.79509 / 0.691). Across kinds a figure
+# agrees within 5 % + 0.02: a table that a code change moved further, or whose text changed, is still found.
+ACROSS_KINDS = dict(rel=5e-2, abs=2e-2)
 
 def figures(outs):
     "A cell's outputs as (text with its figures replaced by #, the figures): times and ids left out"
@@ -280,9 +282,12 @@ def drift(saved, rerun, tolerance=TOLERANCE):
 @functools.cache
 def rerun(path):
     """`nbs/<path>` run again in a kernel and cleaned as `make docs` saves it; nothing is written to nbs/. Each slow cell is
-    skipped, and the random generators drawn from in its place: the cells after it must not depend on whether it ran"""
+    skipped, and the random generators drawn from in its place: the cells after it must not depend on whether it ran. The kernel
+    has the torch threads the page was saved with (its metadata; the fast pages are saved with 1: two threads of a kernel beside
+    pytest-xdist's other worker on 2 cores ran the first tutorial in 137 s against 11 s)"""
     import nbformat, tempfile
-    ok, secs, slow, nb = run_nbs.run(ROOT/'nbs'/path, skip_slow=True, save=False, timeout=600, stand_in=run_nbs.DRAW)
+    threads = nbformat.read(ROOT/'nbs'/path, as_version=4).metadata.get('aisaac', {}).get('threads', 'default')
+    ok, secs, slow, nb = run_nbs.run(ROOT/'nbs'/path, skip_slow=True, save=False, timeout=600, stand_in=run_nbs.DRAW, threads=threads)
     assert ok, f'{path} failed in a kernel'
     with tempfile.TemporaryDirectory() as d:
         run_nbs.write(nb, Path(d)/'nb.ipynb')
@@ -313,6 +318,13 @@ def test_saved_outputs_are_what_a_rerun_gives(path):
     bad = drift(saved, rerun(path), TOLERANCE if there == here else ACROSS_KINDS)
     assert not bad, (f"{path}: the saved outputs are not what the code gives now (run scripts/run_nbs.py on it; saved on {there or 'a CPU not named'}, "
                      f"re-run on {here}):\n" + '\n'.join(f'  cell {i}: {d}' for i, d in bad))
+
+def test_the_fast_pages_are_saved_with_one_thread():
+    "So that their re-runs here (with the threads they were saved with) do not oversubscribe the 2 cores beside pytest-xdist's other worker"
+    import nbformat
+    threads = {p: nbformat.read(ROOT/'nbs'/p, as_version=4).metadata.get('aisaac', {}).get('threads') for p in FAST}
+    assert set(run_nbs.ONE_THREAD) == set(FAST), (run_nbs.ONE_THREAD, FAST)  # run_nbs.py saves these with one thread
+    assert set(threads.values()) == {'1'}, f"{threads}: save them with scripts/run_nbs.py --skip-slow " + ' '.join(f'nbs/{p}' for p in FAST)
 
 def test_make_test_leaves_the_fast_pages_to_this_file():
     "`make test` runs nbdev-test without the pages that this file runs in a kernel and checks (FAST): KERNEL_NBS names them all, and only them"
