@@ -83,8 +83,23 @@ def lm_loaders(world, bs=4):
 
 def lists(t): return None if t is None else t.tolist()
 
-def run(case, world):
+def resumed(out, world):
+    "2 epochs with CapturePredsCB and ItemLossesCB, straight and resumed from the checkpoint of the first epoch: what each captured"
+    from aisaac.callbacks.savers import CheckpointCB, checkpoints
+    def fit(folder, resume=None):
+        model = make_model()
+        if world > 1: model = nn.parallel.DistributedDataParallel(model)
+        cp, il = CapturePredsCB(inps=True), ItemLossesCB(keep=5)
+        t = Trainer(loaders(world), nn.CrossEntropyLoss(), torch.optim.SGD, model, callbacks=[BasicTrainCB(), cp, il, CheckpointCB(folder, keep_last=None)])
+        t.fit(2, lr=0.1, resume_from=resume)
+        return {'preds': cp.all_preds.tolist(), 'targs': cp.all_targs.tolist(), 'inps': cp.all_inps.tolist(), 'losses': il.losses.tolist(),
+                'top_idxs': il.top_idxs.tolist()}
+    straight = fit(out/'ck')
+    return {'straight': straight, 'resumed': fit(out/'ck2', resume=checkpoints(out/'ck')[0])}
+
+def run(case, world, out=None):
     dicts = case == 'preds_dict'
+    if case == 'preds_resume': return resumed(out, world)
     if case == 'lm':
         from aisaac.models import lm_loss
         torch.manual_seed(0)
@@ -115,7 +130,7 @@ if __name__ == '__main__':
     out, case = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
     torch.set_num_threads(1)
-    try: res = {'result': run(case, 2)}
+    try: res = {'result': run(case, 2, out)}
     except Exception as e: res = {'error': f'{type(e).__name__}: {e}'}
     (out/f'result_{dist.get_rank()}.json').write_text(json.dumps(res))
     dist.destroy_process_group()

@@ -122,5 +122,7 @@ def test_the_predictions_in_a_checkpoint_are_tensors_on_the_cpu(tmp_path):
     t = tiny_trainer([cp := CapturePreds(), Save()])
     t.fit(2, lr=1e-2)
     state = torch.load(tmp_path/'c.pt', weights_only=True)['callbacks']['CapturePreds']
+    shares = state.pop('shares')  # (each process's places among the rows: one process, all of them)
+    assert len(shares) == 1 and shares[0].tolist() == list(range(64))
     assert {k: tuple(v.shape) for k, v in state.items()} == {'preds': (64, 3), 'targs': (64,), 'inps': (64, 4)}
     assert all(v.device.type == 'cpu' for v in state.values()) and cp.state_dict() == {} and cp.all_preds.shape == (128, 3)

@@ -19,7 +19,7 @@ from ..plot import show_images
 from ..core.callback import Callback
 from ..overview import CallbackSummary
 from .preds import capture_preds, batch_inputs, item_places, _cat, _count, _place, _rows
-from ..ranks import _world_size, _gather, _fit_group
+from ..ranks import _world_size, _gather, _fit_group, _rank
 from .train import batch_targets
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #52b812e6
@@ -44,7 +44,7 @@ class ItemLossesCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.n, self._losses, self._top, self._dls, self._moved = 0, [], None, [], True
+        self.n, self._losses, self._top, self._dls, self._moved, self._whole = 0, [], None, [], True, None
 
     def after_batch(self, trainer):
         "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device); not an evaluation set's (`EvalSetsCB`: other items, numbered apart)"
@@ -60,18 +60,49 @@ class ItemLossesCB(Callback):
         best = new[0].topk(min(self.keep, len(new[0]))).indices
         self._top = tuple(_rows(o, best) for o in new)
 
+    def before_save_checkpoint(self, trainer):
+        "A checkpoint in a fit: every process's losses so far, joined as in `cleanup_fit`, and the `keep` largest of them all (a collective in a distributed fit: every process saves the checkpoint, as `CheckpointCB` does), with each process's places"
+        if not hasattr(self, '_losses') or not hasattr(self, '_whole'): return  # (not in a fit)
+        mine = (to_cpu(_cat([to_cpu(l) for l in self._losses])), None if self._top is None else tuple(map(to_cpu, self._top)))
+        every = _gather(mine, group=_fit_group(trainer)) if _world_size() > 1 else [mine]
+        places, _ = item_places(self._dls[0] if len(self._dls) == 1 else None, [_count(l) for l, _ in every])
+        n = sum(len(p) for p in places)  # (every row: a pass's padding a `DistributedSampler` repeated is one process's own)
+        tops, top = [(t[0], where[t[1]], t[2]) for (_, t), where in zip(every, places) if t is not None], None
+        if tops:
+            ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
+            best = ls.topk(min(self.keep, len(ls))).indices
+            top = (ls[best], idxs[best], _rows(xs, best))
+        self._whole = {'n': n, 'losses': _place([l for l, _ in every], places, n), 'top': top, 'shares': places}
+
+    def cleanup_save_checkpoint(self, trainer):
+        "Forget the joined records"
+        self._whole = None
+
     def state_dict(self):
-        "In a fit, the items' losses so far and the inputs of the largest (tensors on the CPU), so that a fit resumed from a checkpoint has them all; empty between fits"
-        if not getattr(self, '_losses', None): return {}
-        return {'n': self.n, 'losses': to_cpu(_cat([to_cpu(l) for l in self._losses])),
-                **({} if self._top is None else dict(zip(('top_losses', 'top_idxs', 'top_inputs'), to_cpu(self._top))))}
+        "In a fit, the items' losses so far (every process's, joined as `cleanup_fit` joins them) and the inputs of the largest (tensors on the CPU), with each process's places (`shares`), so that a fit resumed from a checkpoint has them all; empty between fits"
+        if getattr(self, '_whole', None) is not None: w = self._whole
+        elif not getattr(self, '_losses', None): return {}
+        else: w = {'n': self.n, 'losses': to_cpu(_cat([to_cpu(l) for l in self._losses])), 'top': None if self._top is None else to_cpu(self._top),
+                   'shares': [torch.arange(self.n)]}  # (outside a checkpoint: this process's own)
+        if w['losses'] is None: return {}
+        return {'n': w['n'], 'losses': w['losses'], 'shares': w['shares'], **({} if w['top'] is None else dict(zip(('top_losses', 'top_idxs', 'top_inputs'), w['top'])))}
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
-        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet)"
+        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet): this process's share; on another number of processes, all of them on the main process"
         if not state: return
-        self.n, self._losses = state['n'], [state['losses']]
-        self._top = tuple(state[k] for k in ('top_losses', 'top_idxs', 'top_inputs')) if 'top_idxs' in state else None
-        self._moved = self._top is None
+        losses, shares = state['losses'], state.get('shares')
+        top = tuple(state[k] for k in ('top_losses', 'top_idxs', 'top_inputs')) if 'top_idxs' in state else None
+        if shares is not None and len(shares) == _world_size():
+            mine = shares[_rank()]
+            local = torch.full((len(losses),), -1, dtype=torch.long)
+            local[mine] = torch.arange(len(mine))  # (each joined place's number among this process's items)
+            losses = losses[mine]
+            if top is not None:
+                own = local[top[1]] >= 0
+                top = (top[0][own], local[top[1]][own], _rows(top[2], own)) if own.any() else None
+        elif shares is not None and _rank() != 0: losses, top = losses[:0], None
+        self.n, self._losses = (len(losses) if shares is not None else state['n']), [losses]
+        self._top, self._moved = top, top is None
 
     def cleanup_fit(self, trainer):
         "Bring them to the CPU, once, also when the fit ended early; in a distributed fit, join every process's, numbered in the loader's order"

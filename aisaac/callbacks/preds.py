@@ -17,7 +17,7 @@ from ..trainer import Trainer
 from .augment import BatchTransformCB, tfm_batch
 from .train import batch_targets
 from torch.utils.data.distributed import DistributedSampler
-from ..ranks import _world_size, _gather, _fit_group
+from ..ranks import _world_size, _gather, _fit_group, _rank
 
 # %% ../../nbs/callbacks/59_preds.ipynb #bb6717a8
 def batch_inputs(trainer, # a trainer, in a batch
@@ -72,7 +72,7 @@ class CapturePredsCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.preds, self.targs, self.xs, self._dls, self._before = [], [], [], [], None
+        self.preds, self.targs, self.xs, self._dls, self._before, self._whole = [], [], [], [], None, None
 
     def after_batch(self, trainer):
         "Keep the batch's predictions, targets and inputs, on the device (not those of an evaluation set's pass: `dls.valid`'s, or the loader asked for)"
@@ -89,6 +89,19 @@ class CapturePredsCB(Callback):
         self.all_preds, self.all_targs, self.all_inps = join_items(trainer, dl, *items)
         self.preds, self.targs, self.xs, self._dls, self._before = [], [], [], [], None
 
+    def before_save_checkpoint(self, trainer):
+        "A checkpoint in a fit: every process's records so far, joined as in `cleanup_fit` (a collective in a distributed fit: every process saves the checkpoint, as `CheckpointCB` does), with each process's places among them"
+        if getattr(self, 'preds', None) is None or not hasattr(self, '_whole'): return  # (not in a fit)
+        items, dl = self._joined(), (self._dls[0] if len(self._dls) == 1 else None)
+        every = _gather(items, group=_fit_group(trainer)) if _world_size() > 1 else [items]
+        places, _ = item_places(dl, [_count(next((o for o in e if o is not None), None)) for e in every])
+        n = sum(len(p) for p in places)  # (every row: a pass's padding a `DistributedSampler` repeated is one process's own)
+        self._whole = {'items': tuple(_place([e[i] for e in every], places, n) for i in range(3)), 'shares': places}
+
+    def cleanup_save_checkpoint(self, trainer):
+        "Forget the joined records"
+        self._whole = None
+
     def _joined(self):
         "The predictions, targets and inputs kept so far, on the CPU: a resumed fit's from its checkpoint first"
         now = [to_cpu(_cat(o)) for o in (self.preds, self.targs, self.xs)]
@@ -96,13 +109,20 @@ class CapturePredsCB(Callback):
         return [b if n is None else n if b is None else _cat([b, n]) for b, n in zip(self._before, now)]
 
     def state_dict(self):
-        "In a fit, the predictions, targets and inputs kept so far (tensors on the CPU: one row an item), so that a fit resumed from a checkpoint has them all; empty between fits"
-        if not (getattr(self, 'preds', None) or getattr(self, '_before', None)): return {}
-        return {k: v for k, v in zip(('preds', 'targs', 'inps'), self._joined()) if v is not None}
+        "In a fit, the predictions, targets and inputs kept so far (tensors on the CPU: one row an item) of every process, joined as `cleanup_fit` joins them (in the loader's order when they all came from one loader), with each process's places (`shares`), so that a fit resumed from a checkpoint has them all; empty between fits"
+        if getattr(self, '_whole', None) is not None: items, shares = self._whole['items'], self._whole['shares']
+        elif not (getattr(self, 'preds', None) or getattr(self, '_before', None)): return {}
+        else: items = self._joined(); shares = [torch.arange(_count(next((o for o in items if o is not None), None)))]  # (outside a checkpoint: this process's own)
+        if all(o is None for o in items): return {}
+        return {k: v for k, v in zip(('preds', 'targs', 'inps'), items) if v is not None} | {'shares': shares}
 
     def load_state_dict(self, state:dict): # as made by `state_dict`
-        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet)"
-        self._before = tuple(state.get(k) for k in ('preds', 'targs', 'inps')) if state else None
+        "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet): this process's share; on another number of processes, all of them on the main process"
+        if not state: self._before = None; return
+        items, shares = tuple(state.get(k) for k in ('preds', 'targs', 'inps')), state.get('shares')
+        if shares is not None and len(shares) == _world_size(): items = tuple(None if o is None else _rows(o, shares[_rank()]) for o in items)
+        elif shares is not None and _rank() != 0: items = (None, None, None)
+        self._before = None if all(o is None for o in items) else items
 
 class CapturePreds(CapturePredsCB):
     "The fastai course's `CapturePreds`: `CapturePredsCB` keeping the inputs too, in `all_inps`"
