@@ -189,10 +189,10 @@ def _settings_left(o):
     if isinstance(o, (list, tuple)): return type(o)(_settings_left(x) for x in o)
     return o
 
-def _sizes_left(o, names):
-    "`o` (a snapshot's parts) without the byte count (`size`) in the states of the JSON-lines loggers `names`, on the trainer and in its checkpoints' files: their files are compared by their numbers"
-    if isinstance(o, dict): return {k: _sizes_left({a: b for a, b in v.items() if a != 'size'} if k in names and isinstance(v, dict) else v, names) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return type(o)(_sizes_left(x, names) for x in o)
+def _sizes_left(o, names, key='size'):
+    "`o` (a snapshot's parts) without `key` (the byte count, `size`) in the states of the callbacks `names` (the JSON-lines loggers), on the trainer and in its checkpoints' files: their files are compared by their numbers"
+    if isinstance(o, dict): return {k: _sizes_left({a: b for a, b in v.items() if a != key} if k in names and isinstance(v, dict) else v, names, key) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return type(o)(_sizes_left(x, names, key) for x in o)
     return o
 
 def check_graphs(case:Case, # what to train

@@ -52,7 +52,10 @@ def check_processes(case:Case, # what to train; `make` must take `bs` and `world
     t = _fit(case.trainer(ds[0], bs=bs, world=1), **case.fit_args)
     one = snapshot(t, ds[0])
     from aisaac.callbacks.loggers import JSONLinesLogger
-    sized = [n for n, cb in t.named_callbacks().items() if isinstance(cb, JSONLinesLogger)]  # (its state is its file's byte count: a float to the tolerance may take one digit more)
+    sized = [n for n, cb in t.named_callbacks().items() if isinstance(cb, JSONLinesLogger)]
+    from aisaac.callbacks.preds import CapturePredsCB
+    from aisaac.callbacks.interpret import ItemLossesCB
+    joined = [n for n, cb in t.named_callbacks().items() if isinstance(cb, (CapturePredsCB, ItemLossesCB))]  # (its state is its file's byte count: a float to the tolerance may take one digit more)
     ctx = multiprocessing.get_context('fork')
     ps = [ctx.Process(target=_rank_fit, args=(r, world, root/'group', case, bs, ds[1], root/f'{r}.pt')) for r in range(world)]
     for p in ps: p.start()
@@ -69,6 +72,6 @@ def check_processes(case:Case, # what to train; `make` must take `bs` and `world
         s = _plain_model(torch.load(root/f'{r}.pt', weights_only=False))  # (this check's own file: a snapshot holds the callbacks' plain states)
         a, b = (one, s) if r == 0 else (mine(one), mine(s))
         a, b = (_settings_left(x) for x in (a, b))  # (`CUDAGraphCB` sets `foreach` to capture a step, in the optimizer and its checkpoints; on processes it runs eagerly)
-        if r == 0: a, b = (_sizes_left(x | {'files': _numbers(x['files'])}, sized) for x in (a, b))
+        if r == 0: a, b = (_sizes_left(_sizes_left(x | {'files': _numbers(x['files'])}, sized), joined, 'shares') for x in (a, b))  # (records joined over the processes say each one's places: one process has one)
         out += [f"rank {r}: {d}" for d in differences(a, b, tol=tol)]
     return out

@@ -69,15 +69,18 @@ def test_two_processes_train_a_language_model_as_one(cases):
         assert diff < 1e-6, diff
 
 @torchrun_cases.uses('preds_resume')
-def test_a_fit_of_two_processes_resumed_from_a_checkpoint_captures_what_the_straight_one_does(cases):
+def test_a_fit_of_two_processes_resumed_from_a_checkpoint_captures_what_the_straight_one_does(cases, tmp_path):
     """CapturePredsCB and ItemLossesCB over 2 epochs of 2 processes, resumed from the first epoch's checkpoint: every prediction, target,
     input and item loss, and the same items of largest loss, as in the straight fit (the training predictions are not one process's:
-    the model's BatchNorm normalises each process's share of the batch). Before:
+    the model's BatchNorm normalises each process's share of the batch), and the items in one process's order, pass by pass (training
+    and validation passes alternate: they were joined one process after the other, rank 1's first epoch after rank 0's second). Before:
     the checkpoint (written by the main process) held the main process's records alone (35 of 70 rows after the first epoch), and each
     process resumed them as its own: rank 1 ended with rank 0's first epoch"""
+    ref = jr.resumed(tmp_path, 1)['straight']
     for r in cases('preds_resume'):
         assert 'result' in r, r
         straight, resumed = r['result']['straight'], r['result']['resumed']
         assert len(straight['preds']) == 140  # (2 epochs of 40 training and 30 validation items)
         for k in ('preds', 'targs', 'inps', 'losses'): assert close(resumed[k], straight[k]), k
         assert resumed['top_idxs'] == straight['top_idxs']
+        assert straight['targs'] == ref['targs'] and close(straight['inps'], ref['inps'])  # (one process's order)

@@ -18,8 +18,8 @@ from ..utils import to_cpu, to_device
 from ..plot import show_images
 from ..core.callback import Callback
 from ..overview import CallbackSummary
-from .preds import capture_preds, batch_inputs, item_places, _cat, _count, _place, _rows
-from ..ranks import _world_size, _gather, _fit_group, _rank
+from .preds import capture_preds, batch_inputs, join_passes, _resumed_share, _cat, _count, _rows
+from ..ranks import _world_size
 from .train import batch_targets
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #52b812e6
@@ -44,7 +44,7 @@ class ItemLossesCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.n, self._losses, self._top, self._dls, self._moved, self._whole = 0, [], None, [], True, None
+        self.n, self._losses, self._top, self._moved, self._whole, self._segs, self._share = 0, [], None, True, None, [], None
 
     def after_batch(self, trainer):
         "Keep the batch's losses; keep its inputs among the `keep` of largest loss so far (on the device); not an evaluation set's (`EvalSetsCB`: other items, numbered apart)"
@@ -54,7 +54,8 @@ class ItemLossesCB(Callback):
         self.n += len(losses)
         self._losses.append(losses)
         if not self._moved: self._top, self._moved = to_device(self._top, losses.device), True  # (a resume's best items, to the device)
-        if not any(dl is trainer.dl for dl in self._dls): self._dls.append(trainer.dl)
+        if not self._segs or self._segs[-1][0] is not trainer.dl: self._segs.append([trainer.dl, 0])
+        self._segs[-1][1] += len(losses)
         if not (self.keep and (isinstance(x, torch.Tensor) or (isinstance(x, dict) and x))): return  # (other inputs: only the losses)
         new = (losses, idxs, x) if self._top is None else tuple(_cat(o) for o in zip(self._top, (losses, idxs, x)))
         best = new[0].topk(min(self.keep, len(new[0]))).indices
@@ -63,16 +64,19 @@ class ItemLossesCB(Callback):
     def before_save_checkpoint(self, trainer):
         "A checkpoint in a fit: every process's losses so far, joined as in `cleanup_fit`, and the `keep` largest of them all (a collective in a distributed fit: every process saves the checkpoint, as `CheckpointCB` does), with each process's places"
         if not hasattr(self, '_losses') or not hasattr(self, '_whole'): return  # (not in a fit)
-        mine = (to_cpu(_cat([to_cpu(l) for l in self._losses])), None if self._top is None else tuple(map(to_cpu, self._top)))
-        every = _gather(mine, group=_fit_group(trainer)) if _world_size() > 1 else [mine]
-        places, _ = item_places(self._dls[0] if len(self._dls) == 1 else None, [_count(l) for l, _ in every])
-        n = sum(len(p) for p in places)  # (every row: a pass's padding a `DistributedSampler` repeated is one process's own)
-        tops, top = [(t[0], where[t[1]], t[2]) for (_, t), where in zip(every, places) if t is not None], None
-        if tops:
-            ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
-            best = ls.topk(min(self.keep, len(ls))).indices
-            top = (ls[best], idxs[best], _rows(xs, best))
-        self._whole = {'n': n, 'losses': _place([l for l, _ in every], places, n), 'top': top, 'shares': places}
+        losses, shares, top = self._join(trainer)
+        self._whole = {'n': _count(losses), 'losses': losses, 'top': top, 'shares': shares}
+
+    def _join(self, trainer):
+        "Every process's losses joined (`join_passes`), each process's places among them, and the `keep` largest of them all, numbered in the joined order"
+        mine = to_cpu(_cat([to_cpu(l) for l in self._losses]))
+        (losses,), shares, tops = join_passes(trainer, self._segs, self._share, (mine,), None if self._top is None else tuple(map(to_cpu, self._top)))
+        tops = [(t[0], where[t[1]], t[2]) for t, where in zip(tops, shares) if t is not None]  # each process's best, numbered in the joined order
+        tops = [tuple(_rows(o, t[1] >= 0) for o in t) for t in tops]  # (not a padding item a `DistributedSampler` repeated)
+        if not tops or not sum(len(t[0]) for t in tops): return losses, shares, None
+        ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
+        best = ls.topk(min(self.keep, len(ls))).indices
+        return losses, shares, (ls[best], idxs[best], _rows(xs, best))
 
     def cleanup_save_checkpoint(self, trainer):
         "Forget the joined records"
@@ -90,38 +94,24 @@ class ItemLossesCB(Callback):
     def load_state_dict(self, state:dict): # as made by `state_dict`
         "Go on from the records of a checkpoint (a resume's: the fit's `before_fit` ran, nothing of this fit is kept yet): this process's share; on another number of processes, all of them on the main process"
         if not state: return
-        losses, shares = state['losses'], state.get('shares')
         top = tuple(state[k] for k in ('top_losses', 'top_idxs', 'top_inputs')) if 'top_idxs' in state else None
-        if shares is not None and len(shares) == _world_size():
-            mine = shares[_rank()]
-            local = torch.full((len(losses),), -1, dtype=torch.long)
+        (losses,), self._share = _resumed_share((state['losses'],), state.get('shares'))
+        mine, n = self._share
+        if top is not None:
+            local = torch.full((n,), -1, dtype=torch.long)
             local[mine] = torch.arange(len(mine))  # (each joined place's number among this process's items)
-            losses = losses[mine]
-            if top is not None:
-                own = local[top[1]] >= 0
-                top = (top[0][own], local[top[1]][own], _rows(top[2], own)) if own.any() else None
-        elif shares is not None and _rank() != 0: losses, top = losses[:0], None
-        self.n, self._losses = (len(losses) if shares is not None else state['n']), [losses]
+            own = local[top[1]] >= 0
+            top = (top[0][own], local[top[1]][own], _rows(top[2], own)) if own.any() else None
+        self.n, self._losses = len(mine), [] if losses is None else [losses]
         self._top, self._moved = top, top is None
 
     def cleanup_fit(self, trainer):
         "Bring them to the CPU, once, also when the fit ended early; in a distributed fit, join every process's, numbered in the loader's order"
         if not hasattr(self, '_losses'): return  # (the fit ended before it started)
-        losses = to_cpu(_cat([to_cpu(l) for l in self._losses]))
-        top = None if self._top is None else tuple(map(to_cpu, self._top))
-        dl, self._losses, self._top = (self._dls[0] if len(self._dls) == 1 else None), [], None
-        if _world_size() < 2 or trainer.outcome not in ('ok', 'cancelled'):
-            self.losses, (self.top_idxs, self.top_inputs) = losses, (None, None) if top is None else top[1:]
-            return
-        every = _gather((losses, top), group=_fit_group(trainer))
-        places, n = item_places(dl, [_count(l) for l, _ in every])
-        self.losses = _place([l for l, _ in every], places, n)
-        tops = [(t[0], where[t[1]], t[2]) for (_, t), where in zip(every, places) if t is not None]  # each process's best, numbered in the joined order
-        if not tops: self.top_idxs = self.top_inputs = None; return
-        ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
-        real = (idxs < n).nonzero().flatten()  # (not a padding item a `DistributedSampler` repeated)
-        best = real[ls[real].topk(min(self.keep, len(real))).indices]
-        self.top_idxs, self.top_inputs = idxs[best], _rows(xs, best)
+        if _world_size() > 1 and trainer.outcome in ('ok', 'cancelled'): losses, _, top = self._join(trainer)
+        else: losses, top = to_cpu(_cat([to_cpu(l) for l in self._losses])), None if self._top is None else tuple(map(to_cpu, self._top))
+        self._losses, self._top, self._segs, self._share = [], None, [], None
+        self.losses, (self.top_idxs, self.top_inputs) = losses, (None, None) if top is None else top[1:]
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #6f5bcf5d
 class _Losses(CallbackSummary): headers, empty = ('item', 'predicted', 'actual', 'loss', 'probability'), 'no item'
