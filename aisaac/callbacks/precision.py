@@ -58,7 +58,8 @@ class MixedPrecisionCB(Callback):
         self.active = fast or not self.if_fast
         if not fast and not self.if_fast and self.amp_dtype == torch.bfloat16 and self.device_type not in _warned:
             _warned.add(self.device_type)  # (float16 on a CPU, asked for by name, gains little and is not warned about)
-            warnings.warn(f"MixedPrecisionCB: this {self.device_type.upper()} has no bfloat16 kernels of its own (on x86 they need AVX-512), so "
+            why = ' (on x86 they need AVX-512)' if self.device_type == 'cpu' else ''
+            warnings.warn(f"MixedPrecisionCB: this {self.device_type.upper()} has no bfloat16 kernels of its own{why}, so "
                           f"autocast emulates them and trains several times slower than float32: leave MixedPrecisionCB out here, or "
                           f"MixedPrecisionCB(if_fast=True) to autocast only where it is fast")
         self.scaler = torch.amp.GradScaler(self.device_type) if self.amp_dtype == torch.float16 and self.active else None

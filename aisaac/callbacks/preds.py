@@ -74,11 +74,11 @@ def join_passes(trainer, # the trainer of the fit (a distributed one's process g
                 extra=None): # anything else to gather with them (`ItemLossesCB`: its best items)
     """Every process's `items` joined run by run, each run in its loader's order (`item_places`: a `DistributedSampler`'s interleaved, its
     padding left out), after the rows of the checkpoint a fit resumed from (a collective in a distributed fit; on one process, no
-    communication). Returns the joined items, each process's places among them (`None` for a padding row it had), every process's `extra`"""
+    communication). Returns the joined items, each process's places among them (-1 for a padding row it had), every process's `extra`"""
     mine = ([c for _, c in segs], before, items, extra)
     every = _gather(mine, group=_fit_group(trainer)) if _world_size() > 1 else [mine]
     counts = [_count(_first(e[2])) for e in every]
-    off, parts, keeps = max([0] + [e[1][1] for e in every if e[1] is not None]), [], []
+    off = max([0] + [e[1][1] for e in every if e[1] is not None])  # (the checkpoint's rows: the same number on every process)
     parts = [[torch.as_tensor(e[1][0], dtype=torch.long)] if e[1] is not None else [] for e in every]
     keeps = [torch.ones(off, dtype=torch.bool)]
     if len({len(e[0]) for e in every}) == 1:  # (the same runs on every process, as a distributed fit has)
