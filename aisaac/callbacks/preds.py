@@ -89,7 +89,7 @@ def join_passes(trainer, # the trainer of the fit (a distributed one's process g
             keeps.append(torch.arange(sum(ck)) < n)
             off += sum(ck)
     places = [torch.cat(q) if q else torch.zeros(0, dtype=torch.long) for q in parts]
-    if [len(p) for p in places] != counts or sorted(torch.cat(places).tolist()) != list(range(sum(counts))):  # (runs that do not match: one process after the other)
+    if [len(p) for p in places] != counts or not torch.equal(torch.cat(places).sort().values, torch.arange(sum(counts))):  # (runs that do not match: one process after the other)
         places, _ = item_places(None, counts); keeps = [torch.ones(sum(counts), dtype=torch.bool)]
     keep, total = torch.cat(keeps), sum(counts)
     joined = tuple(None if o is None else _rows(o, keep) for o in (_place([e[2][i] for e in every], places, total) for i in range(len(items))))
@@ -103,14 +103,13 @@ class CapturePredsCB(Callback):
 
     def before_fit(self, trainer):
         "Start with nothing"
-        self.preds, self.targs, self.xs, self._dls, self._before, self._whole, self._segs, self._share = [], [], [], [], None, None, [], None
+        self.preds, self.targs, self.xs, self._before, self._whole, self._segs, self._share = [], [], [], None, None, [], None
 
     def after_batch(self, trainer):
         "Keep the batch's predictions, targets and inputs, on the device (not those of an evaluation set's pass: `dls.valid`'s, or the loader asked for)"
         if getattr(trainer, 'eval_set', None) is not None: return
         self.preds.append(trainer.preds.detach()); self.targs.append(batch_targets(trainer)[0])  # (`(x, y, w)`: y; a dict batch: its target)
         if self.inps: self.xs.append(batch_inputs(trainer))  # (a dict batch: its inputs, a dict)
-        if not any(dl is trainer.dl for dl in self._dls): self._dls.append(trainer.dl)
         if not self._segs or self._segs[-1][0] is not trainer.dl: self._segs.append([trainer.dl, 0])
         self._segs[-1][1] += len(self.targs[-1])
 
@@ -120,7 +119,7 @@ class CapturePredsCB(Callback):
         items = self._joined()
         if _world_size() > 1 and trainer.outcome in ('ok', 'cancelled'): items = join_passes(trainer, self._segs, self._share, items)[0]
         self.all_preds, self.all_targs, self.all_inps = items
-        self.preds, self.targs, self.xs, self._dls, self._before, self._segs, self._share = [], [], [], [], None, [], None
+        self.preds, self.targs, self.xs, self._before, self._segs, self._share = [], [], [], None, [], None
 
     def before_save_checkpoint(self, trainer):
         "A checkpoint in a fit: every process's records so far, joined as in `cleanup_fit` (a collective in a distributed fit: every process saves the checkpoint, as `CheckpointCB` does), with each process's places among them"
