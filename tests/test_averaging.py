@@ -187,3 +187,12 @@ def test_swa_after_a_transaction_averages_into_its_own_model():
     t.fit(1)
     with t.transaction(): pass
     assert all(a.data_ptr() == p.data_ptr() for a, p in zip(swa.avg, swa.swa.module.parameters()))
+
+@pytest.mark.parametrize('name', ['SWACB', 'EMACB'])
+def test_a_fit_resumed_at_its_saved_stop_has_the_average_the_straight_fit_made(name):
+    """Found by the invariance harness (issue 51: ThresholdStopperCB + SWACB + BatchTransformCB under `resume`, stopped at the end of epoch
+    0): the stopper reached its threshold at epoch 0, so the checkpoint held its stop and the resumed fit ended before its first pass.
+    The average it loaded was made only at its first use, which never came: after the fit `SWACB.swa` was `None` where the straight
+    fit's held the averaged model (`average_into` worked, `swa.module` raised). Now the fit's end makes it"""
+    from aisaac.coverage import check
+    assert check(['ThresholdStopperCB', name, 'BatchTransformCB'], 'resume') == []

@@ -133,8 +133,9 @@ class WeightAveragingCB(Callback):
         if self.__dict__.pop('_resave', False): self.swap_in(trainer)
 
     def cleanup_fit(self, trainer):
-        "However the fit ended (an error in validation too), the model keeps its raw weights"
+        "However the fit ended (an error in validation too), the model keeps its raw weights; an average a resume loaded is made now if no step used it (a fit resumed at its stop)"
         self.swap_out(trainer)
+        if self._loaded is not None and trainer.outcome != 'error': self.averaged(trainer)  # its averaged model (`swa`), as after the straight fit
 
     def state_dict(self):
         "The number of updates and the averaged tensors by the weights' names, for checkpoints"
