@@ -15,7 +15,7 @@ from . import __version__
 from .core.callback import Callback
 from .core.dispatch import with_cbs
 from .clock import set_sampler_epoch
-from .loaders import Resumed, _worker_died, dead_worker_error, loader_generators, loader_states, own_loader_state, resume_iter
+from .loaders import Resumed, _worker_died, dead_worker_error, loader_generators, loader_places, loader_states, own_loader_state, put_places, resume_iter
 from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
                             unwrap_model, _on_cpu, _rng_problem, _why)
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
@@ -230,7 +230,7 @@ class Checkpoints:
         cbs = [(cb, _copy_attrs(cb, shared)) for cb in named]  # attributes as they are, not as a resume would load them
         saved = copy.deepcopy({'model': model.state_dict(), 'opt': None if getattr(self, 'opt', None) is None else self.opt.state_dict(),
                                'history': None if h is None else h.state_dict(), 'clock': self.clock.state_dict() if hasattr(self, 'clock') else None})
-        rng, modes = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()]
+        rng, modes, places = rng_state(loader_generators(self.dls)), [(m, m.training) for m in model.modules()], loader_places(self.dls)
         grads = [(p.requires_grad, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]  # which train; a step between backward and step
         whole = not is_sharded(model)  # (`FSDPCB` may shard it in the block: `lr_find` before the first fit)
         try: yield self
@@ -245,7 +245,7 @@ class Checkpoints:
             for cb, d in cbs: vars(cb).clear(); vars(cb).update(d)
             if h is not None: h.load_state_dict(saved['history'])
             if saved['clock'] is not None: self.clock.load_state_dict(saved['clock'])
-            set_rng_state(rng, loader_generators(self.dls))
+            set_rng_state(rng, loader_generators(self.dls)); put_places(places)  # the loaders' generators, and their places in the epoch
 
     def check_fit(self, resume_from=None, # a checkpoint file (or the state `read_checkpoint` returned) to continue from
                   **args): # the rest of `fit`'s arguments

@@ -145,7 +145,6 @@ def reproducer(names, # a combination
 # %% ../nbs/92_coverage.ipynb #9d7b22b8
 _FOUND = "found by this harness, not fixed yet: "
 KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out of the blocks, reported as known
-    (('LossSpikeCB', 'CheckpointCB'), 'transactions'): _FOUND + "after lr_find, peek_batch or summarize_model, the next fit's checkpoint holds another rollback snapshot in LossSpikeCB's state (its loader's random state, 252 off; after peek_batch 1 batch drawn against 6): met once CheckpointCB's sub-runs write nothing (branch known)",
     **{(n, 'processes'): _FOUND + "a stop raised after a training batch's step (in `cleanup_batch`) is agreed at the next batch's `before_step` (RanksCB): that batch's forward and backward run on every process first, one process would not start it (the clock counts it: 2 batches against 1; GradNormCB records its norm; MomentumTrainCB keeps its gradients)" for n in ('OneBatchCB', 'SingleBatchCB')},
 }
 

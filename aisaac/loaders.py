@@ -6,10 +6,11 @@ Docs: https://aisaac-dev.github.io/aisaac/loaders.html.md"""
 
 # %% auto #0
 __all__ = ['loader_generators', 'skip_batches', 'close_iterator', 'state_part', 'loader_state', 'load_loader_state', 'EpochPlace',
-           'loader_states', 'own_loader_state', 'resume_iter', 'Resumed', 'dead_worker_error']
+           'loader_places', 'put_places', 'loader_states', 'own_loader_state', 'resume_iter', 'Resumed',
+           'dead_worker_error']
 
 # %% ../nbs/25_loaders.ipynb #584a948e
-import datetime, inspect, io, signal, traceback, warnings
+import copy, datetime, inspect, io, signal, traceback, warnings
 import torch
 from .clock import _order_parts
 from .ranks import _store, _world_size
@@ -91,6 +92,7 @@ def load_loader_state(dl, # a loader
 class EpochPlace:
     "Mixin of aisaac's loaders: the generator state an epoch's order is drawn from and the batches it gave, as `state_dict`; `load_state_dict` starts the next epoch there"
     _place, _loaded = None, None
+    _place_attrs = ('_place', '_loaded')  # what `loader_places` copies: where the epoch is, and a state loaded for the next one
 
     def _start_epoch(self, generator=None): # the loader's own `torch.Generator`, or `None` for PyTorch's global one
         "At an epoch's start: `(generator to draw its order from, first batch)`, from the loaded state if there is one"
@@ -112,6 +114,24 @@ class EpochPlace:
     def load_state_dict(self, state:dict): # from `state_dict`
         "Start the next epoch where `state` was: the same order, from the same batch"
         self._loaded = None if state.get('rng') is None else state
+
+# %% ../nbs/25_loaders.ipynb #f5567432
+def _place_parts(dls):
+    "The parts of `dls`'s loaders that keep their place in attributes they name (`_place_attrs`)"
+    parts = [_part(dl, k) for dl in (dls.train, dls.valid) if dl is not None and (k := state_part(dl)) is not None]
+    return [o for i, o in enumerate(parts) if getattr(o, '_place_attrs', None) and not any(o is q for q in parts[:i])]
+
+def loader_places(dls): # an object with `train` and `valid` loaders
+    "A copy of where `dls`'s loaders are (the attributes each names in `_place_attrs`), for `put_places`"
+    return [(o, {k: copy.deepcopy(o.__dict__[k]) for k in o._place_attrs if k in o.__dict__}) for o in _place_parts(dls)]
+
+def put_places(places): # from `loader_places`
+    "Put the loaders back where `loader_places` found them: as they were, not as a loaded state starts the next epoch"
+    for o, attrs in places:
+        for k in o._place_attrs:
+            if k in attrs: setattr(o, k, attrs[k])
+            else: o.__dict__.pop(k, None)
+
 
 # %% ../nbs/25_loaders.ipynb #f1b0c50e
 def loader_states(dl, # this process's training loader

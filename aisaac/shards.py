@@ -172,6 +172,7 @@ class TokenFile(TokenShards):
 # %% ../nbs/32_shards.ipynb #0d57d8e7
 class ShardLoader:
     "Batches of token blocks read from `TokenShards`: random blocks (`shuffle`) or consecutive windows; its place in the epoch is its `state_dict`"
+    _place_attrs = ('_batches', '_loaded')  # what a sub-run between fits puts back (`loader_places`; its generator is among `loader_generators`)
     def __init__(self, shards:TokenShards, # the corpus
                  block_size:int=128, # the context length: a block holds `block_size + 1` ids
                  bs:int=32, # blocks per batch (per process)

@@ -36,7 +36,8 @@ def everything(t):
     random.setstate(states[0]); np.random.set_state(states[1]); torch.set_rng_state(states[2])
     return copy.deepcopy({'model': t.model.state_dict(), 'opt': t.opt.state_dict(),
             'callbacks': t.callbacks_state_dict(), 'history': t.history.state_dict(), 'clock': t.clock.state_dict(),
-            'resume': t.resume_point(), 'names': sorted(vars(t)), 'draws': draws})
+            'resume': t.resume_point(), 'names': sorted(vars(t)), 'draws': draws,
+            'loaders': [t.dls.train.state_dict(), t.dls.valid.state_dict()]})  # where each is in its epoch: the next checkpoint holds it
 
 def same(a, b):
     if isinstance(a, torch.Tensor): return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
@@ -139,3 +140,27 @@ def test_a_callback_holding_the_models_layers_holds_the_same_layers_after_a_tool
     n = len(h.seen)
     t.model(torch.randn(2, 1, 8, 8))
     assert len(h.seen) == n + 1
+
+def test_a_tool_puts_the_loaders_back_in_their_epoch_and_lossspikecbs_next_snapshot_is_the_straight_ones():
+    """Found by the invariance harness (issue 51: LossSpikeCB + CheckpointCB under `transactions`): a sub-run drew batches from the
+    trainer's loaders, and the transaction put back their generators but not their place in the epoch, so the next fit's first
+    rollback snapshot (in its checkpoints) held the sub-run's place: after peek_batch 1 batch drawn against the 6 of the last epoch,
+    after lr_find and summarize_model another generator state. Now the transaction puts the loaders' places back (`loader_places`)"""
+    from aisaac.coverage import check
+    assert check(['LossSpikeCB', 'CheckpointCB'], 'transactions') == []
+
+def test_a_tool_puts_a_token_shard_loader_back_in_its_epoch(tmp_path):
+    "The token-shard loader names its place (`_place_attrs`) too: after each tool its state is the last epoch's end, as without it"
+    from aisaac.shards import ShardLoader, write_token_shards
+    shards = write_token_shards([np.arange(4000) % 50], tmp_path/'shards', vocab_size=50, shard_tokens=1000)
+    tfm = lambda b: (b[0][:, :-1].float() / 50, b[0][:, -1] % 3)
+    dl = ShardLoader(shards, block_size=16, bs=4, shuffle=True, seed=0, batches=5, tfm=tfm)
+    torch.manual_seed(0)
+    t = Trainer(DataLoaders(dl, ShardLoader(shards, block_size=16, bs=4, tfm=tfm)), nn.CrossEntropyLoss(), torch.optim.SGD,
+                nn.Linear(16, 3), callbacks=[BasicTrainCB()])
+    t.fit(1, lr=0.1)
+    for tool in ('peek_batch', 'summarize_model', 'lr_find'):
+        before = everything(t)
+        TOOLS[tool](t); plt.close('all')
+        assert same(before, everything(t)), tool
+        assert dl.state_dict()['batches'] == 5, tool
