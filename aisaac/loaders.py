@@ -115,7 +115,7 @@ class EpochPlace:
         "Start the next epoch where `state` was: the same order, from the same batch"
         self._loaded = None if state.get('rng') is None else state
 
-# %% ../nbs/25_loaders.ipynb #f5567432
+# %% ../nbs/25_loaders.ipynb #d010ebca
 def _place_parts(dls):
     "The parts of `dls`'s loaders that keep their place in attributes they name (`_place_attrs`)"
     parts = [_part(dl, k) for dl in (dls.train, dls.valid) if dl is not None and (k := state_part(dl)) is not None]
