@@ -1,5 +1,5 @@
 "pytest settings for the whole suite."
-import inspect, os, re
+import functools, inspect, os, re
 import torch
 
 # The models in the tests are tiny: one thread is faster than torch's default on a small, shared CPU (two threads per
@@ -22,12 +22,24 @@ _STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|reru
 # after the others, which `make pytest` runs on both cores with pytest-xdist (`-n 2`). `@pytest.mark.serial` marks others by hand.
 _TWO = re.compile(r"torch\.distributed\.run|torchrun_cases|nproc_per_node|'--procs', '2'")
 
+@functools.lru_cache(maxsize=None)
+def _source(fn):
+    "`fn`'s source and the names it calls, read once (collection asks for each test function and fixture of 1,700 items)"
+    try: src = inspect.getsource(fn)
+    except (OSError, TypeError): return None, ()
+    return src, tuple(sorted(set(re.findall(r'\b(\w+)\(', src))))
+
+@functools.lru_cache(maxsize=None)
+def _starts(fn, module, pattern):
+    "`_starts_processes` for a test function or fixture: its answer depends on nothing else, so it is worked out once per function"
+    return _starts_processes(fn, module, set(), pattern)
+
 def _starts_processes(fn, module, seen, pattern=_STARTS):
     "Whether `fn`, or a function of its test module that it calls (at any depth), has code that `pattern` finds (starts a process)"
-    try: src = inspect.getsource(fn)
-    except (OSError, TypeError): return False
+    src, called = _source(fn)
+    if src is None: return False
     if pattern.search(src): return True
-    for name in set(re.findall(r'\b(\w+)\(', src)) - seen:
+    for name in set(called) - seen:
         seen.add(name)
         f = getattr(module, name, None)
         if inspect.isfunction(f) and f.__module__ == module.__name__ and _starts_processes(f, module, seen, pattern): return True
@@ -44,8 +56,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = [d.func for ds in getattr(getattr(item, '_fixtureinfo', None), 'name2fixturedefs', {}).values() for d in ds]
         fns = [getattr(f, '__wrapped__', f) for f in [item.function, *fixtures]]
-        if any(_starts_processes(f, item.module, set()) for f in fns): item.add_marker(pytest.mark.slow)
-        if any(_starts_processes(f, item.module, set(), _TWO) for f in fns): item.add_marker(pytest.mark.serial)
+        if any(_starts(f, item.module, _STARTS) for f in fns): item.add_marker(pytest.mark.slow)
+        if any(_starts(f, item.module, _TWO) for f in fns): item.add_marker(pytest.mark.serial)
     if torch.cuda.is_available(): return
     skip = pytest.mark.skip(reason=_NO_GPU)
     for item in items:
