@@ -164,7 +164,7 @@ check-readme: venv
 	$(PY) scripts/readme_sync.py --check
 
 nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped); one torch thread per worker (2 workers of 2 threads each on 2 cores took 136 s, of 1 thread 91 s)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/nbdev-test --n-workers $(N_WORKERS) --timing $(if $(SKIP_KERNEL_NBS),--skip-file-re '$(KERNEL_NBS)') $(NBTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) scripts/nbtest.py --n-workers $(N_WORKERS) --timing $(if $(SKIP_KERNEL_NBS),--skip-file-re '$(KERNEL_NBS)') $(NBTEST_ARGS)
 
 # Two passes: every test but those marked `serial`, on PYTEST_WORKERS processes; then the `serial` ones, one at a time.
 # Exit code 5 (nothing selected) is an error only when neither pass ran a test.
