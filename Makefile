@@ -25,6 +25,9 @@ PYTEST_WORKERS ?= 2
 # The notebooks that tests/test_notebooks.py runs in a Jupyter kernel and checks against their saved outputs (its FAST):
 # `make test` (SKIP_KERNEL_NBS=1) leaves them to it rather than running them twice; `make nbtest` and `make test-fast` run them.
 KERNEL_NBS ?= ^(callbacks|custom_callbacks|coming_from_pytorch_accelerated|coming_from_nanogpt)\.ipynb$$
+# The tutorials whose fast variants train longest (the language model, fine-tuning, post-training and vision: about 150 s of
+# the 2 workers' 350 s): `make test` runs them; `make test-fast` (SKIP_LONG_NBS=1) leaves them out, as it leaves out the slow tests.
+LONG_NBS ?= ^(language_model|fine_tuning|post_training|vision)\.ipynb$$
 NBTEST_ARGS ?=
 # What `make docs` runs: notebooks or folders (default: every notebook in nbs/), and options for
 # scripts/run_nbs.py (e.g. RUN_ARGS="-j 2" or "--skip-slow"); LAB_ARGS go to `jupyter lab`.
@@ -130,11 +133,12 @@ test: setup ## all tests: export and README checks, nbdev-test on every notebook
 	@$(MAKE) --no-print-directory docs-check
 
 # The contributor's loop: what `test` runs but the tests that start other processes (torchrun runs, fresh Pythons, the
-# tutorials in a Jupyter kernel: tests/conftest.py marks them `slow`) and the docs check. `make test` stays the full check.
-test-fast: setup ## the quick loop: export and README checks, nbdev-test on every notebook, pytest -m "not slow"
+# tutorials in a Jupyter kernel: tests/conftest.py marks them `slow`), the long tutorials (LONG_NBS) and the docs check. `make test`
+# stays the full check.
+test-fast: setup ## the quick loop: export and README checks, nbdev-test on every notebook but the long tutorials, pytest -m "not slow"
 	@$(MAKE) --no-print-directory check-export
 	@$(MAKE) --no-print-directory check-readme
-	@$(MAKE) --no-print-directory nbtest
+	@$(MAKE) --no-print-directory nbtest SKIP_LONG_NBS=1
 	@$(MAKE) --no-print-directory pytest PYTEST_MARK='not slow'
 
 # The invariance harness (issue 51): every pair of the catalogue's callbacks under every invariant that applies to both (the
@@ -163,8 +167,12 @@ check-export: venv
 check-readme: venv
 	$(PY) scripts/readme_sync.py --check
 
+# What nbtest leaves out: one regular expression (`a|b`) of the groups asked for.
+NBTEST_SKIP = $(subst $(space),|,$(strip $(if $(SKIP_KERNEL_NBS),$(KERNEL_NBS)) $(if $(SKIP_LONG_NBS),$(LONG_NBS))))
+space := $(subst ,, )
+
 nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped); one torch thread per worker (2 workers of 2 threads each on 2 cores took 136 s, of 1 thread 91 s)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) scripts/nbtest.py --n-workers $(N_WORKERS) --timing $(if $(SKIP_KERNEL_NBS),--skip-file-re '$(KERNEL_NBS)') $(NBTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) scripts/nbtest.py --n-workers $(N_WORKERS) --timing $(if $(NBTEST_SKIP),--skip-file-re '$(NBTEST_SKIP)') $(NBTEST_ARGS)
 
 # Two passes: every test but those marked `serial`, on PYTEST_WORKERS processes; then the `serial` ones, one at a time.
 # Exit code 5 (nothing selected) is an error only when neither pass ran a test.

@@ -330,3 +330,23 @@ def test_make_test_leaves_the_fast_pages_to_this_file():
     "`make test` runs nbdev-test without the pages that this file runs in a kernel and checks (FAST): KERNEL_NBS names them all, and only them"
     m = re.search(r'^KERNEL_NBS \?= \^\((.*)\)\\\.ipynb\$\$$', (ROOT/'Makefile').read_text(), re.M)
     assert m and set(m[1].split('|')) == {Path(p).stem for p in FAST}, m
+
+def test_the_notebook_runs_leave_out_what_they_say_and_start_the_longest_first():
+    "`make nbtest`'s skip list is one regular expression of the groups asked for (test-fast: the long tutorials too), and scripts/nbtest.py starts the longest notebooks first"
+    def skipped(*flags):
+        r = subprocess.run(['make', '-s', '-n', 'nbtest', *flags], capture_output=True, text=True, cwd=ROOT)
+        m = re.search(r"--skip-file-re '([^']*)'", r.stdout)
+        return None if m is None else {p.name for p in (ROOT/'nbs').rglob('*.ipynb') if re.search(m[1], p.name)}
+    long = {'language_model.ipynb', 'fine_tuning.ipynb', 'post_training.ipynb', 'vision.ipynb'}
+    kernel = {Path(p).name for p in FAST}
+    assert skipped() is None
+    assert skipped('SKIP_KERNEL_NBS=1') == kernel
+    assert skipped('SKIP_KERNEL_NBS=1', 'SKIP_LONG_NBS=1') == kernel | long
+    spec = importlib.util.spec_from_file_location('nbtest', ROOT/'scripts'/'nbtest.py')
+    nbtest = importlib.util.module_from_spec(spec); spec.loader.exec_module(nbtest)
+    nbs = sorted((ROOT/'nbs').rglob('*.ipynb'))
+    assert {n for n in nbtest.FIRST} <= {p.name for p in nbs}, nbtest.FIRST  # each one it names is there
+    order = [p.name for p in nbtest.longest_first(nbs)]
+    assert order[:len(nbtest.FIRST)] == nbtest.FIRST and sorted(order) == sorted(p.name for p in nbs)
+    import nbdev.test
+    assert nbdev.test.sorted([3, 1, 2], key=lambda x: -x) == [3, 2, 1]  # nbdev's other call of `sorted` (its timings) as the builtin
