@@ -184,7 +184,7 @@ def test_the_kernels_tests_pass_with_one_layer_added(name):
 _BLOCKS = '''
 import os, sys, json, importlib.abc, traceback
 sys.path.insert(0, {tests!r})
-import torch, test_kernel
+import torch, torch._dynamo, test_kernel  # (torch._dynamo: the optimizers' first step imports it, 2-3 s, in every child else)
 assert not [m for m in sys.modules if m.startswith('aisaac')], sorted(m for m in sys.modules if m.startswith('aisaac'))
 class Block(importlib.abc.MetaPathFinder):
     def __init__(self, mod): self.mod = mod
