@@ -16,7 +16,7 @@ _NO_GPU = ("needs a CUDA GPU and torch.cuda.is_available() is False here: run `p
 
 # Tests that start other processes (torchrun, a fresh Python, a Jupyter kernel) are marked `slow`: each pays for starting
 # Python and importing torch. `make test` runs them all; `make test-fast` (`pytest -m "not slow"`) leaves them out.
-_STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|rerun|start_new_kernel|torch\.distributed\.run|spawn)\b')
+_STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|rerun|start_new_kernel|torch\.distributed\.run|torchrun_cases|spawn)\b')
 
 # Tests that run 2 processes at once (torchrun, a 2-process chaos trial) need both cores: marked `serial`, they run one at a time
 # after the others, which `make pytest` runs on both cores with pytest-xdist (`-n 2`). `@pytest.mark.serial` marks others by hand.
