@@ -71,7 +71,7 @@ def _all_ok(ok:bool): # this process's answer
     return bool(_across('min', ok)[0])
 
 # %% ../nbs/24_ranks.ipynb #10fdc2a6
-_points = ('before_fit', 'before_train', 'before_validate', 'before_epoch', 'before_dataloader', 'before_step', 'after_epoch',
+_points = ('before_fit', 'before_train', 'before_validate', 'before_epoch', 'before_dataloader', 'before_step', 'cleanup_batch', 'after_epoch',
            'after_train', 'after_validate', 'checkpoint', 'after_fit')  # the agreements: at the end of these events
 
 def _stop_code(e):
@@ -127,6 +127,7 @@ class RanksCB(Callback):
         self.held, self.posted, self.agreements, self.raised = None, False, 0, None  # `raised`: the error an agreement raised here as this process's own
         self.hold_limit = 30  # seconds a process holding an error waits for the others at an agreement
         self.counted = None  # the clock's samples and tokens at the last agreement: every process's
+        self.at_end = False  # agree at this batch's end too: a callback said at `before_step` that the fit ends with it (`stops_after_batch`)
 
     def around_fit(self, trainer):
         "Hold, for this fit, what handlers raise (`trainer._hold`, read by `AgreedRanks`), from before the first `before_fit` handler; close the fit's groups after"
@@ -163,7 +164,8 @@ class RanksCB(Callback):
         if self.counted is None and c is not None: self.counted = (c.samples, c.tokens)
         own = torch.zeros(2, self.world, dtype=torch.long)  # the samples and tokens this process counted since the last agreement, in its column
         if c is not None: own[:, self.rank] = torch.tensor([c.samples - self.counted[0], c.tokens - self.counted[1]])
-        f = torch.cat([torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0)]), own.flatten()])
+        ends = event == 'before_step' and any(f(trainer) for cb in trainer.cbs if (f := getattr(cb, 'stops_after_batch', None)) is not None)
+        f = torch.cat([torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0), int(ends)]), own.flatten()])
         self.agreements += 1
         if code == 3: self.fail(e)  # posted first, so that every process names this error, whatever happens to the agreement
         try:
@@ -174,13 +176,15 @@ class RanksCB(Callback):
             if code == 3: raise self._release(event) from err
             if (other := self._failure()) is None: raise
             raise other from err
-        (v, hi, lo, notice), counts = f[:4].tolist(), f[4:].view(2, self.world).sum(1).tolist()
+        (v, hi, lo, notice, ends), counts = f[:5].tolist(), f[5:].view(2, self.world).sum(1).tolist()
         if c is not None:  # the clock counts every process's samples and tokens, as on one process (agreed here; in between, this process's alone)
             c.samples, c.tokens = self.counted[0] + counts[0], self.counted[1] + counts[1]
             self.counted = (c.samples, c.tokens)
         if hi != -lo: raise RuntimeError(_apart(self.rank, event, _points[(hi if hi != point else -lo) - 1]))
         if notice > trainer.agreed_notice: trainer.agreed_notice = notice  # a notice any process got (`PreemptionCB`'s signal): now every one's
-        if (stop := _unflag(v, self.world)) is None: return
+        stop = _unflag(v, self.world)
+        if event == 'before_step': self.at_end = bool(ends) and stop is None  # a callback on some process said the fit ends with this batch
+        if stop is None: return
         (code, src), info = stop, [_about(e, trainer) if stop[1] == self.rank else None]
         dist.broadcast_object_list(info, src=src, group=self.group)
         held, self.held = self.held, None
@@ -216,6 +220,11 @@ class RanksCB(Callback):
         "In validation, agree on the stops raised in the batch before (in training, `before_step` does)"
         if not trainer.model.training: self._agree(trainer, 'before_dataloader')
     def before_step(self, trainer): "Agree on the stops raised in this batch before its step: then no process steps"; self._agree(trainer, 'before_step')
+    def cleanup_batch(self, trainer):
+        "At the end of a training batch that a callback said ends the fit (`stops_after_batch`, asked at `before_step`), agree on the stops raised after its step: no process starts another batch"
+        if not self.at_end: return
+        self.at_end = False
+        if trainer.outcome not in ('error', 'interrupted'): self._agree(trainer, 'cleanup_batch')  # (an error unwinding: this process posts it, `cleanup_epoch`)
     def after_epoch(self, trainer): "Agree on the stops raised at the end of the pass"; self._agree(trainer, 'after_epoch')
     def after_train(self, trainer): "Agree on the stops raised after the training pass"; self._agree(trainer, 'after_train')
     def after_validate(self, trainer): "Agree on the stops raised after the validation pass"; self._agree(trainer, 'after_validate')

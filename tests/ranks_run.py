@@ -7,7 +7,9 @@ on rank 0 only, whose metric gets worse after epoch 0), 'epoch' (rank 1 raises C
 taken), 'error' (rank 1 raises ValueError in `after_loss` once 3 steps are taken, then goes on as a notebook's kernel
 would: it waits, alive, until rank 0 has written its result, at most WAIT s) 'loader' (rank 1's validation loader raises OSError at its 3rd batch, outside any handler, then rank 1 goes on),
 'loader_end' (the same at the loader's end, after its 4th and last batch, with MetricsCB, whose end of the pass is a collective) or 'preempt'
-(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'refuse_all' (every
+(rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'one_batch' (OneBatchCB on
+both: the fit ends with its first batch, its stop raised after the step), 'one_batch_error' (the same, and rank 1 raises ValueError in
+that batch's `after_batch`, after the step), 'refuse_all' (every
 process refuses each of 20 fits: a callback raises TypeError in `before_fit`; each process writes the error of each fit). With `plain` the fit runs without the agreements
 (`trainer.ranks_agree = False`): each case then ends wrong, or waits for the other process, until the gloo timeout (60 s here)
 or until that process exits. Each process writes OUT/result_<rank>.json:
@@ -23,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 from aisaac.core.callback import Callback, CancelEpochException, CancelFitException
 from aisaac.trainer import Trainer
-from aisaac.callbacks.train import BasicTrainCB
+from aisaac.callbacks.train import BasicTrainCB, OneBatchCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import PreemptionCB
@@ -90,7 +92,9 @@ CASES = {'cancel': lambda: [RaiseAt(0, 'after_loss', 3, CancelFitException('rank
          'error': lambda: [RaiseAt(1, 'after_loss', 3, ValueError('a bad batch on rank 1'))],
          'early': lambda: [Score(), EarlyStoppingCB(patience=1, threshold=0., watch_metric='score')], 'loader': lambda: [],
          'loader_end': lambda: [MetricsCB(show=False)],
-         'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)]}
+         'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)],
+         'one_batch': lambda: [OneBatchCB()],
+         'one_batch_error': lambda: [RaiseAt(1, 'after_batch', 1, ValueError('a bad batch end on rank 1')), OneBatchCB()]}
 
 WAIT = 45  # seconds: how long a failed process stays alive waiting for the other's end, under the gloo timeout (60 s)
 
@@ -113,7 +117,7 @@ if __name__ == '__main__':
     try: trainer.fit(3, lr=0.1)
     except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
     exc = getattr(trainer, 'exception', None)
-    res.update(ended=time.time(), fit_seconds=time.time() - start, outcome=trainer.outcome, steps=trainer.clock.step, epoch=trainer.epoch,
+    res.update(ended=time.time(), fit_seconds=time.time() - start, outcome=trainer.outcome, steps=trainer.clock.step, samples=trainer.clock.samples, epoch=trainer.epoch,
                weights=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(), stop_reason=trainer.stop_reason,
                exception=None if exc is None else f'{type(exc).__name__}: {exc}', raised_at=getattr(dls.valid if case.startswith('loader') else cbs[0], 'raised_at', None),
                checkpoints=sorted(p.name for p in (out/'ckpt').glob('*.pt')) if case == 'preempt' else None)

@@ -7,7 +7,7 @@ import torchrun_cases
 
 HERE = Path(__file__).parent
 
-TORCHRUN_CASES = HERE/'ranks_run.py', {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end')}
+TORCHRUN_CASES = HERE/'ranks_run.py', {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end', 'one_batch', 'one_batch_error')}
 
 @pytest.fixture(scope='module')
 def cases(request):
@@ -97,3 +97,20 @@ def test_an_error_at_the_end_of_rank_1s_loader_ends_rank_0_waiting_for_the_epoch
     assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: OSError: the disk is gone on rank 1'), r0
     assert r0['steps'] == r1['steps'] == 8
     assert r1['other_ended_first'] and r0['ended'] - r1['raised_at'] < AT_ONCE
+
+@torchrun_cases.uses('one_batch')
+def test_one_batch_on_two_processes_ends_with_the_first_batch_as_on_one(cases):
+    """OneBatchCB raises its stop in `cleanup_batch`, after the step: it says at `before_step` that the fit ends with the batch
+    (`stops_after_batch`), so the processes agree at that batch's end. Before (the invariance harness's KNOWN entry), the stop waited
+    for the next batch's `before_step`: both ran a second forward and backward, and the clock counted 16 samples against one global batch's 8"""
+    r0, r1 = cases('one_batch')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['samples'], r['epoch'], r.get('error')) == ('cancelled', 1, 8, 0, None)
+    assert r0['weights'] == r1['weights']
+
+@torchrun_cases.uses('one_batch_error')
+def test_an_error_after_the_step_of_the_last_batch_ends_both_at_its_end_naming_it(cases):
+    "Rank 1 raises ValueError in `after_batch` of the batch OneBatchCB ends the fit with: held to the agreement at that batch's end, it ends both there"
+    r0, r1 = cases('one_batch_error')
+    assert (r1['outcome'], r1['error']) == ('error', 'ValueError: a bad batch end on rank 1')
+    assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: ValueError: a bad batch end on rank 1')
+    assert r0['steps'] == r1['steps'] == 1 and r0['samples'] == r1['samples'] == 8

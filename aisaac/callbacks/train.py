@@ -325,6 +325,9 @@ class OneBatchCB(Callback):
     def cleanup_batch(self, trainer):
         "Cancel the fit after the first batch that went through"
         if self.done: raise CancelFitException()
+    def stops_after_batch(self, trainer):
+        "Asked at a training batch's `before_step` in a distributed fit: whether the fit ends with this batch (then the processes agree at its end, `RanksCB`)"
+        return not self.done
 
 # %% ../../nbs/callbacks/40_train.ipynb #c4d2e8f1
 class TrainCB(BasicTrainCB):
