@@ -145,7 +145,6 @@ def reproducer(names, # a combination
 # %% ../nbs/92_coverage.ipynb #9d7b22b8
 _FOUND = "found by this harness, not fixed yet: "
 KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out of the blocks, reported as known
-    **{((n, 'GradAccumCB'), 'processes'): _FOUND + "under GradAccumCB the first micro-batch's step is skipped before `RanksCB`'s `before_step` agreement, so OneBatchCB's `stops_after_batch` is never asked there and its stop waits for the window's step (2 micro-batches against 1 on one process); alone, OneBatchCB ends with its first batch on every process (`RanksCB` agrees at the end of a batch a callback said ends the fit)" for n in ('OneBatchCB', 'SingleBatchCB')},
 }
 
 def _known(names, invariant):

@@ -71,8 +71,8 @@ def _all_ok(ok:bool): # this process's answer
     return bool(_across('min', ok)[0])
 
 # %% ../nbs/24_ranks.ipynb #10fdc2a6
-_points = ('before_fit', 'before_train', 'before_validate', 'before_epoch', 'before_dataloader', 'before_step', 'cleanup_batch', 'after_epoch',
-           'after_train', 'after_validate', 'checkpoint', 'after_fit')  # the agreements: at the end of these events
+_points = ('before_fit', 'before_train', 'before_validate', 'before_epoch', 'before_dataloader', 'before_step', 'step_skipped', 'cleanup_batch',
+           'after_epoch', 'after_train', 'after_validate', 'checkpoint', 'after_fit')  # the agreements: at the end of these events
 
 def _stop_code(e):
     "3 for an error, 2 for a `CancelFitException` (the fit ends), 1 for a `CancelEpochException` (the pass ends), 0 for another cancel"
@@ -128,6 +128,7 @@ class RanksCB(Callback):
         self.hold_limit = 30  # seconds a process holding an error waits for the others at an agreement
         self.counted = None  # the clock's samples and tokens at the last agreement: every process's
         self.at_end = False  # agree at this batch's end too: a callback said at `before_step` that the fit ends with it (`stops_after_batch`)
+        self.step_agreed = False  # this training batch's stops were agreed before its step (`before_step`, else `step_skipped`)
 
     def around_fit(self, trainer):
         "Hold, for this fit, what handlers raise (`trainer._hold`, read by `AgreedRanks`), from before the first `before_fit` handler; close the fit's groups after"
@@ -164,7 +165,8 @@ class RanksCB(Callback):
         if self.counted is None and c is not None: self.counted = (c.samples, c.tokens)
         own = torch.zeros(2, self.world, dtype=torch.long)  # the samples and tokens this process counted since the last agreement, in its column
         if c is not None: own[:, self.rank] = torch.tensor([c.samples - self.counted[0], c.tokens - self.counted[1]])
-        ends = event == 'before_step' and any(f(trainer) for cb in trainer.cbs if (f := getattr(cb, 'stops_after_batch', None)) is not None)
+        ends = event in ('before_step', 'step_skipped') and any(ask(trainer) for cb in trainer.cbs if (ask := getattr(cb, 'stops_after_batch', None)) is not None)
+        if event in ('before_step', 'step_skipped'): self.step_agreed = True
         f = torch.cat([torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0), int(ends)]), own.flatten()])
         self.agreements += 1
         if code == 3: self.fail(e)  # posted first, so that every process names this error, whatever happens to the agreement
@@ -183,7 +185,7 @@ class RanksCB(Callback):
         if hi != -lo: raise RuntimeError(_apart(self.rank, event, _points[(hi if hi != point else -lo) - 1]))
         if notice > trainer.agreed_notice: trainer.agreed_notice = notice  # a notice any process got (`PreemptionCB`'s signal): now every one's
         stop = _unflag(v, self.world)
-        if event == 'before_step': self.at_end = bool(ends) and stop is None  # a callback on some process said the fit ends with this batch
+        if event in ('before_step', 'step_skipped'): self.at_end = bool(ends) and stop is None  # a callback on some process said the fit ends with this batch
         if stop is None: return
         (code, src), info = stop, [_about(e, trainer) if stop[1] == self.rank else None]
         dist.broadcast_object_list(info, src=src, group=self.group)
@@ -220,8 +222,12 @@ class RanksCB(Callback):
         "In validation, agree on the stops raised in the batch before (in training, `before_step` does)"
         if not trainer.model.training: self._agree(trainer, 'before_dataloader')
     def before_step(self, trainer): "Agree on the stops raised in this batch before its step: then no process steps"; self._agree(trainer, 'before_step')
+    def step_skipped(self, trainer, reason:str): # why the step was skipped
+        "When a handler skipped the step before `before_step`'s agreement (`GradAccumCB` in its window, `LossSpikeCB`), agree here instead: every batch of training has one"
+        if trainer.model.training and not self.step_agreed: self._agree(trainer, 'step_skipped')
     def cleanup_batch(self, trainer):
         "At the end of a training batch that a callback said ends the fit (`stops_after_batch`, asked at `before_step`), agree on the stops raised after its step: no process starts another batch"
+        self.step_agreed = False
         if not self.at_end: return
         self.at_end = False
         if trainer.outcome not in ('error', 'interrupted'): self._agree(trainer, 'cleanup_batch')  # (an error unwinding: this process posts it, `cleanup_epoch`)

@@ -9,7 +9,9 @@ would: it waits, alive, until rank 0 has written its result, at most WAIT s) 'lo
 'loader_end' (the same at the loader's end, after its 4th and last batch, with MetricsCB, whose end of the pass is a collective) or 'preempt'
 (rank 1 alone gets SIGTERM in `after_loss` once 3 steps are taken, under PreemptionCB(OUT/'ckpt', exit=False)) or 'one_batch' (OneBatchCB on
 both: the fit ends with its first batch, its stop raised after the step), 'one_batch_error' (the same, and rank 1 raises ValueError in
-that batch's `after_batch`, after the step), 'refuse_all' (every
+that batch's `after_batch`, after the step), 'one_batch_accum' (OneBatchCB under GradAccumCB(2): the fit ends with the first
+micro-batch, whose step is skipped), 'accum_cancel' (rank 1 raises CancelFitException in the first micro-batch's `after_backward`
+under GradAccumCB(2)), 'refuse_all' (every
 process refuses each of 20 fits: a callback raises TypeError in `before_fit`; each process writes the error of each fit). With `plain` the fit runs without the agreements
 (`trainer.ranks_agree = False`): each case then ends wrong, or waits for the other process, until the gloo timeout (60 s here)
 or until that process exits. Each process writes OUT/result_<rank>.json:
@@ -26,6 +28,7 @@ from torch.utils.data.distributed import DistributedSampler
 from aisaac.core.callback import Callback, CancelEpochException, CancelFitException
 from aisaac.trainer import Trainer
 from aisaac.callbacks.train import BasicTrainCB, OneBatchCB
+from aisaac.callbacks.gradients import GradAccumCB
 from aisaac.callbacks.stoppers import EarlyStoppingCB
 from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.savers import PreemptionCB
@@ -94,7 +97,9 @@ CASES = {'cancel': lambda: [RaiseAt(0, 'after_loss', 3, CancelFitException('rank
          'loader_end': lambda: [MetricsCB(show=False)],
          'preempt': lambda: [SignalAt(1, 3), PreemptionCB(Path(sys.argv[1])/'ckpt', exit=False)],
          'one_batch': lambda: [OneBatchCB()],
-         'one_batch_error': lambda: [RaiseAt(1, 'after_batch', 1, ValueError('a bad batch end on rank 1')), OneBatchCB()]}
+         'one_batch_error': lambda: [RaiseAt(1, 'after_batch', 1, ValueError('a bad batch end on rank 1')), OneBatchCB()],
+         'one_batch_accum': lambda: [GradAccumCB(2), OneBatchCB()],
+         'accum_cancel': lambda: [RaiseAt(1, 'after_backward', 0, CancelFitException('rank 1 stops in a window')), GradAccumCB(2)]}
 
 WAIT = 45  # seconds: how long a failed process stays alive waiting for the other's end, under the gloo timeout (60 s)
 

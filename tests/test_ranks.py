@@ -7,7 +7,7 @@ import torchrun_cases
 
 HERE = Path(__file__).parent
 
-TORCHRUN_CASES = HERE/'ranks_run.py', {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end', 'one_batch', 'one_batch_error')}
+TORCHRUN_CASES = HERE/'ranks_run.py', {c: [c] for c in ('cancel', 'early', 'epoch', 'error', 'preempt', 'loader', 'refuse_all', 'loader_end', 'one_batch', 'one_batch_error', 'one_batch_accum', 'accum_cancel')}
 
 @pytest.fixture(scope='module')
 def cases(request):
@@ -114,3 +114,18 @@ def test_an_error_after_the_step_of_the_last_batch_ends_both_at_its_end_naming_i
     assert (r1['outcome'], r1['error']) == ('error', 'ValueError: a bad batch end on rank 1')
     assert (r0['outcome'], r0['error']) == ('error', 'ProcessFailedError: rank 1 failed: ValueError: a bad batch end on rank 1')
     assert r0['steps'] == r1['steps'] == 1 and r0['samples'] == r1['samples'] == 8
+
+@torchrun_cases.uses('one_batch_accum')
+def test_one_batch_under_accumulation_ends_with_the_first_micro_batch_on_both(cases):
+    """OneBatchCB under GradAccumCB(2): the first micro-batch's step is skipped before `before_step`'s agreement, so `RanksCB` agrees at
+    its `step_skipped` and asks `stops_after_batch` there. Before, the stop waited for the window's step batch: 16 samples against 8, one step"""
+    r0, r1 = cases('one_batch_accum')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['samples'], r['epoch'], r.get('error')) == ('cancelled', 0, 8, 0, None)
+    assert r0['weights'] == r1['weights']
+
+@torchrun_cases.uses('accum_cancel')
+def test_a_stop_in_a_window_ends_both_at_that_micro_batch(cases):
+    "Rank 1 raises CancelFitException in the first micro-batch of a window: agreed at that batch's `step_skipped`, no process runs the second"
+    r0, r1 = cases('accum_cancel')
+    for r in (r0, r1): assert (r['outcome'], r['steps'], r['samples'], r.get('error')) == ('cancelled', 0, 8, None), r
+    assert r0['weights'] == r1['weights']
