@@ -10,7 +10,7 @@ __all__ = ['INVARIANTS', 'FIT', 'RESUME_POINTS', 'CHECKS', 'breaks', 'Declaratio
            'check_hand', 'violations', 'InvariantReport', 'check_invariants']
 
 # %% ../nbs/91_invariants.ipynb #a2666632
-import contextlib, copy, importlib, inspect, io, math, random, tempfile, time, warnings
+import contextlib, copy, importlib, inspect, io, math, os, random, tempfile, time, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -127,7 +127,8 @@ class Case:
         return name in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
 
 def _quiet(f, *args, **kw):
-    "Run `f` without its warnings and printing"
+    "Run `f` without its warnings and printing (the profiler's notes on the standard error too, `KINETO_LOG_LEVEL`, unless set)"
+    os.environ.setdefault('KINETO_LOG_LEVEL', '6')  # (read at the process's first profile: `USDT: ... profiler_start` otherwise, a line a recording)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter('ignore')
         return f(*args, **kw)

@@ -56,7 +56,8 @@ def to_cpu(x): # a tensor, or a list, tuple or dict of them (nested)
 def set_seed(seed:int, # the seed for `random`, NumPy and PyTorch
              deterministic:bool=False): # also ask PyTorch for deterministic algorithms
     "Seed every random number generator aisaac uses"
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    if deterministic or torch.are_deterministic_algorithms_enabled():  # (the call imports Inductor's settings, 1.2 s, to set its own flag too)
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
