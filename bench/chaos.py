@@ -10,6 +10,9 @@ per validation), a `JSONLinesLogger` (every value it is sent), a `ResultsFileCB`
 A trial: start the run in a fresh folder; once it has started training (it says so on stdout), read its progress (a line
 per training batch: `step N`) up to a point drawn uniformly over what is left of its training, wait up to one checkpoint
 interval more at the pace the run goes then, and SIGKILL it; restart it, and again, `--kills` times; then let it finish.
+Each (re)start of a one-process run is a fork of this harness, which imported torch, its compiler front end and aisaac once
+(`preload`): a process of its own, killed as any other, that shares nothing with the run before it but those imports
+(`--fresh`: a new Python each time, as before 2026-12-03; `--quick` took 65 s so against 21 s forked, on the 2 loaded cores).
 The kills fall at points of the run's own progress, so a loaded machine changes where they fall no more than a quiet one
 (before 2026-12: instants drawn from the reference run's time, all after the end of a run slowed by the load). A kill that leaves a temporary file beside the checkpoints fell inside a checkpoint write. The trial is compared
 with the uninterrupted run: the final weights and optimizer state bit for bit, the history, the CSV and JSON-lines files
@@ -171,7 +174,64 @@ def child_ddp(out:Path, steps:int):
 
 PROCS = 1
 
+FRESH = False  # `--fresh`: each (re)start of a one-process run is a new Python (imports included), not a fork of this one
+
+def preload():
+    "What a run imports before it trains (torch, its compiler front end, aisaac, tensorboard): once here, so that each forked run starts at once"
+    import torch
+    torch.set_num_threads(1)  # (before any op: no OpenMP team in this process, which a forked child could not use)
+    import torch._dynamo  # noqa: F401 (the first optimizer step imports it: 1.2 s a start)
+    import aisaac.trainer, aisaac.persist, aisaac.callbacks.savers, aisaac.callbacks.loggers, aisaac.callbacks.results  # noqa: F401
+    import aisaac.callbacks.metrics, aisaac.callbacks.schedule, aisaac.data  # noqa: F401
+    try: import aisaac.callbacks.trackers, torch.utils.tensorboard  # noqa: F401
+    except ImportError: pass
+
+class Forked:
+    """A one-process run forked from this process, with what `start` reads of a `subprocess.Popen`: `stdout` (its lines), `pid`,
+    `poll`, `wait`, `communicate`, `send_signal`, `returncode`. The child is a process of its own, killed as any other: it shares
+    nothing with the run before it but the imports done here (`preload`), and ends as a Python does (exit functions, threads joined)"""
+    def __init__(self, out:Path, steps:int):
+        r, w = os.pipe()
+        err = os.open(out/'stderr.txt', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        pid = os.fork()
+        if pid == 0:  # the run
+            code = 1
+            try:
+                os.setsid(); os.close(r); os.dup2(w, 1); os.dup2(err, 2)
+                sys.stdout, sys.stderr = open(1, 'w', buffering=1, closefd=False), open(2, 'w', buffering=1, closefd=False)
+                try: child(out, steps); code = 0
+                except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+                except BaseException:
+                    import traceback; traceback.print_exc()
+                import atexit, threading
+                threading._shutdown()  # what the interpreter does at its end: non-daemon threads joined, then the exit functions
+                atexit._run_exitfuncs()
+                sys.stdout.flush(); sys.stderr.flush()
+            finally: os._exit(code)
+        os.close(w); os.close(err)
+        self.pid, self.returncode, self.stdout = pid, None, open(r, 'r')
+    def _reap(self, flags=0):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid: self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+    def poll(self): return self._reap(os.WNOHANG)
+    def send_signal(self, sig): os.kill(self.pid, sig)
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end: raise subprocess.TimeoutExpired(f'run {self.pid}', timeout)
+            time.sleep(0.01)
+        return self.returncode
+    def communicate(self, timeout=None):
+        rest = self.stdout.read()  # to the end of its output (the pipe closes when it exits)
+        self.wait(timeout)
+        return rest, None
+
 def start(out, steps):
+    if PROCS == 1 and not FRESH:
+        out.mkdir(parents=True, exist_ok=True)
+        return Forked(out, steps)
     flags = ['--background'] * BACKGROUND + ['--upload'] * UPLOAD + ['--slow-write', str(SLOW)] * bool(SLOW)
     if PROCS == 1: cmd = [sys.executable, __file__, '--child', str(out), '--steps', str(steps), '--loader', LOADER, *flags]
     else: cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(PROCS), __file__,
@@ -297,10 +357,12 @@ def main():
     p.add_argument('--slow-write', type=float, default=0., help='seconds added to each checkpoint write and upload (with its temporary file there)')
     p.add_argument('--json', type=Path, help='also write the figures and every trial as JSON here')
     p.add_argument('--keep', action='store_true', help='keep the folders of the trials (printed)')
+    p.add_argument('--fresh', action='store_true', help='each (re)start of a one-process run is a new Python (by default a fork of this one, its imports done once)')
     a = p.parse_args()
-    global PROCS, LOADER, BACKGROUND, UPLOAD, SLOW
-    PROCS, LOADER, BACKGROUND, UPLOAD, SLOW = a.procs, a.loader, a.background, a.upload, a.slow_write
+    global PROCS, LOADER, BACKGROUND, UPLOAD, SLOW, FRESH
+    PROCS, LOADER, BACKGROUND, UPLOAD, SLOW, FRESH = a.procs, a.loader, a.background, a.upload, a.slow_write, a.fresh
     if a.child: return (child if a.procs == 1 else child_ddp)(a.child, a.steps)
+    if a.procs == 1 and not a.fresh: preload()
     if a.quick: a.trials, a.kills = (3, 2) if a.procs == 1 else (1, 2)
     base = Path(tempfile.mkdtemp(prefix='aisaac-chaos-'))
     ref = base/'reference'
