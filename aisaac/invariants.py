@@ -185,8 +185,8 @@ def _numbers(files):
     return out
 
 def _settings_left(o):
-    "`o` without the optimizer's `foreach` and `capturable`, which `CUDAGraphCB` sets to capture the step (`make_capturable`)"
-    if isinstance(o, dict): return {k: _settings_left(v) for k, v in o.items() if k not in ('foreach', 'capturable')}
+    "`o` without the optimizer's `foreach`, `capturable` and `fused`, which `CUDAGraphCB` sets to capture the step (`make_capturable`: `capturable` for Adam, `fused` for SGD)"
+    if isinstance(o, dict): return {k: _settings_left(v) for k, v in o.items() if k not in ('foreach', 'capturable', 'fused')}
     if isinstance(o, (list, tuple)): return type(o)(_settings_left(x) for x in o)
     return o
 

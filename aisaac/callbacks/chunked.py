@@ -48,6 +48,7 @@ def hidden_states(model:nn.Module): # the model, wrapped or not
 # %% ../../nbs/callbacks/78_chunked.ipynb #75fb3f81
 class ChunkedLossCB(BasicTrainCB):
     "`BasicTrainCB` whose loss is the model's cross-entropy made from its hidden states a chunk at a time (`chunked_lm_loss`): `trainer.preds` are the hidden states, the logits are never held whole"
+    breaks = {'hand': "its `trainer.preds` are the model's hidden states, not the logits (it never holds them whole): `loss_func` of the predictions is not its loss"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, chunk:int=512, # positions whose logits are made at a time
                  recompute:bool=False, # compute each chunk again in the backward pass (least memory) instead of the gradient in the forward pass
                  check:bool=True, # check on the first batch of each fit that the model's logits are its output layer of its hidden states

@@ -48,6 +48,7 @@ def generalized_jsd(student_logits:torch.Tensor, # (..., V)
 # %% ../../nbs/callbacks/81_distill.ipynb #62308529
 class DistillCB(ChunkedLossCB):
     "`ChunkedLossCB` whose loss mixes the hard labels' cross-entropy with a divergence from a teacher's next-token distribution, per trained token, from a teacher run without gradients or from its stored top-k"
+    breaks = {'hand': "its `trainer.preds` are the student's hidden states, and its loss mixes the labels' cross-entropy with a divergence from the teacher: `loss_func` of the predictions is not its loss"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, teacher:nn.Module=None, # the teacher (same tokenizer); `None`: the batches carry its top-k (`with_teacher_topk`)
                  loss:str='forward_kl', # 'forward_kl', 'reverse_kl' or 'jsd' (generalized, at `beta`)
                  beta:float=0.5, # the JSD's interpolation: 0 is forward KL, 1 reverse KL (TRL's convention)
