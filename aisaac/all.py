@@ -94,7 +94,7 @@ from .compare import *
 from .invariants import *
 from .processes import *
 from .core import callback as core_callback, dispatch as core_dispatch, trainer as core_trainer
-from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, chunked, pairs, groups, compare, invariants, processes, coverage
+from . import utils, plot, models, memory, history, helpers, compat, policy, around, rewrite, declared, depends, guards, registry, overview, plans, dispatch, clock, steps, logs, ranks, loaders, persist, dcp, checkpoint, evals, params, trainer, testing, data, collate, devicedata, learner, shards, text, sft, hf, chunked, pairs, groups, compare, invariants, processes, setups, coverage
 from .callbacks import train, metrics, progress, introspect, schedule, lr_finder, precision, gradients, stoppers, devices, compilation, init, augment, preds, loggers, trackers, interpret, results, hooks, summary, visualize, monitors, samples, savers, export, accel, sharding, averaging, spikes, graphplan, graphs, chunked as callbacks_chunked, preference, reward, distill, topk
 
 _modules = (  # in the order of the layers: each module imports only modules above it in this list
@@ -180,9 +180,10 @@ _modules = (  # in the order of the layers: each module imports only modules abo
     compare,
     invariants,
     processes,
+    setups,  # (the harness's tiny setups for the callbacks that need a language model, pairs or images: `import aisaac.setups`; out of the star import)
     coverage,  # (the catalogue's coverage: a tool of the tests, `import aisaac.coverage`; its names stay out of the star import)
 )
-__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module not in (core_trainer, core_dispatch, coverage) for name in module.__all__]
+__all__ = ['torch', 'nn', 'F', 'MulticlassAccuracy', 'Mean', 'with_cbs', 'listify', 'flatten'] + [name for module in _modules if module not in (core_trainer, core_dispatch, setups, coverage) for name in module.__all__]
 
 # %% ../nbs/99_all.ipynb #fb3941bd
 _users_names = {'GPT', 'GPTConfig', 'GPTBlock', 'Block', 'CausalSelfAttention', 'MLP', 'LayerNorm', 'Model'}  # (a user's model file defines them)
