@@ -7,8 +7,9 @@
     python scripts/docs.py shots PAGE...  # screenshots of rendered pages (headless Chromium) in out/shots/
 
 Processing is nbdev's (`refresh_quarto_yml` then `proc_nbs`, as `nbdev-proc-nbs` does, minus its attempt to
-install Quarto, in this process rather than in nbdev's spawned workers, with pyproject.toml parsed once): `_proc/` gets each notebook with front matter and rendered `show_doc` cells. Three things nbdev
-gets wrong are then put right in `_proc/`, for either renderer: a link nbdev puts inside a link's text
+install Quarto; in this process rather than in nbdev's spawned workers, with pyproject.toml parsed once): `_proc/`
+gets each notebook with front matter and rendered `show_doc` cells. Three things nbdev gets wrong are then put right
+in `_proc/`, for either renderer: a link nbdev puts inside a link's text
 (`[[`Plans`](plans.html#plans)](plans.html)`, which shows as text), a class's signature (`def Callback(*args,
 **kwargs)` becomes `class Callback()`), and the order of the `show_doc` cells nbdev adds (last first). Rendering uses
 Quarto (`nbdev-docs`) when `quarto` is on PATH; otherwise pandoc stands in: each processed notebook becomes
