@@ -186,6 +186,10 @@ KNOWN = {  # {(callback, or a tuple of them, invariant): the reason}: left out o
         "1.118) is the fresh `None`: its checkpoint does not keep it",
     (('ThresholdStopperCB', 'BatchTransformCB', 'CheckpointCB'), 'resume'): _FOUND + _ENDED + "CheckpointCB's attributes differ in `last` (the "
         "path of the last checkpoint it wrote; the resumed fit writes none). Found first with RewardCB, whose valid loss (0.69) is under 1.0 from the start",
+    (('ImageVisualizerCB', 'ThresholdStopperCB'), 'resume'): _FOUND + "in the conv setup the valid loss of epoch 0 is 0.932, under "
+        "ThresholdStopperCB's 1.0, so the fit stops after epoch 0, the first resume point: the resumed fit trains and validates nothing, and "
+        "ImageVisualizerCB's `kept` (a pass's images, set in `before_validate`) and `paths` (the files it wrote) are the fresh ones: its checkpoint "
+        "keeps neither (found by the full design, 2026-12-03)",
     **{(('UnfreezeCB', x), 'graphs'): _FOUND + _FUSED for x in ('ChunkedLossCB', 'DistillCB', 'SampleCB', 'PreferenceCB', 'RewardCB')},  # (their setups step with SGD)
     ('ImageVisualizerCB', 'processes'): _FOUND + "it draws the first `n` validation images the main process sees (`runs_on = 'main'`), and on 2 processes "
         "the main process's share of each validation batch is every other item (a DistributedSampler's): its PNG files show items 0, 2, 4, 6 "
