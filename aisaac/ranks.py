@@ -165,8 +165,9 @@ class RanksCB(Callback):
         if self.counted is None and c is not None: self.counted = (c.samples, c.tokens)
         own = torch.zeros(2, self.world, dtype=torch.long)  # the samples and tokens this process counted since the last agreement, in its column
         if c is not None: own[:, self.rank] = torch.tensor([c.samples - self.counted[0], c.tokens - self.counted[1]])
-        ends = event in ('before_step', 'step_skipped') and any(ask(trainer) for cb in trainer.cbs if (ask := getattr(cb, 'stops_after_batch', None)) is not None)
-        if event in ('before_step', 'step_skipped'): self.step_agreed = True
+        stepping = event in ('before_step', 'step_skipped')  # a training batch's agreement before its step, or in place of it
+        ends = stepping and any(ask(trainer) for cb in trainer.cbs if (ask := getattr(cb, 'stops_after_batch', None)) is not None)
+        if stepping: self.step_agreed = True
         f = torch.cat([torch.tensor([_flag(code, self.rank, self.world), point, -point, trainer.__dict__.get('notice', 0), int(ends)]), own.flatten()])
         self.agreements += 1
         if code == 3: self.fail(e)  # posted first, so that every process names this error, whatever happens to the agreement
@@ -185,7 +186,7 @@ class RanksCB(Callback):
         if hi != -lo: raise RuntimeError(_apart(self.rank, event, _points[(hi if hi != point else -lo) - 1]))
         if notice > trainer.agreed_notice: trainer.agreed_notice = notice  # a notice any process got (`PreemptionCB`'s signal): now every one's
         stop = _unflag(v, self.world)
-        if event in ('before_step', 'step_skipped'): self.at_end = bool(ends) and stop is None  # a callback on some process said the fit ends with this batch
+        if stepping: self.at_end = bool(ends) and stop is None  # a callback on some process said the fit ends with this batch
         if stop is None: return
         (code, src), info = stop, [_about(e, trainer) if stop[1] == self.rank else None]
         dist.broadcast_object_list(info, src=src, group=self.group)
