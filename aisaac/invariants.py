@@ -51,6 +51,18 @@ def declarations(trainer, # a trainer
 plan_sections['breaks'] = declarations  # (the seam of `aisaac.overview`: `plan()` shows the table after its own)
 
 # %% ../nbs/91_invariants.ipynb #588114c7
+def _loaders(train, valid, bs, world=None, tfm=None):
+    "`TensorLoader`s of the tuples of tensors `train` and `valid` (the training one shuffled with its own seed), or, given `world`, torch `DataLoader`s with a `DistributedSampler` of the same seed: this process's share of each batch of `bs`"
+    if world is None: return DataLoaders(TensorLoader(*train, bs=bs, shuffle=True, seed=3, tfm=tfm), TensorLoader(*valid, bs=bs, tfm=tfm))
+    from torch.utils.data import DataLoader, TensorDataset, default_collate
+    from torch.utils.data.distributed import DistributedSampler
+    rank = torch.distributed.get_rank() if world > 1 else 0
+    collate = default_collate if tfm is None else (lambda items: tfm(tuple(default_collate(items))))
+    def dl(ts, shuffle):
+        ds = TensorDataset(*ts)
+        return DataLoader(ds, bs // world, sampler=DistributedSampler(ds, world, rank, shuffle=shuffle, seed=3), collate_fn=collate)
+    return DataLoaders(dl(train, True), dl(valid, False))
+
 def tiny_dls(bs:int=8, # the batch size
              n:int=48, # items in the training set (its first 16 are the validation set)
              seed:int=0, # the data's seed
@@ -59,12 +71,7 @@ def tiny_dls(bs:int=8, # the batch size
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=g)
     y = (x[:, :2].sum(1) > 0).long() + (x[:, 2] > 0.5).long()
-    if world is None: return DataLoaders(TensorLoader(x, y, bs=bs, shuffle=True, seed=3), TensorLoader(x[:16], y[:16], bs=bs))
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
-    rank = torch.distributed.get_rank() if world > 1 else 0
-    dl = lambda ds, shuffle: DataLoader(ds, bs // world, sampler=DistributedSampler(ds, world, rank, shuffle=shuffle, seed=3))
-    return DataLoaders(dl(TensorDataset(x, y), True), dl(TensorDataset(x[:16], y[:16]), False))
+    return _loaders((x, y), (x[:16], y[:16]), bs, world)
 
 def tiny_trainer(callbacks=(), # the callbacks under test
                  bs:int=8, # the batch size (the accumulation invariant halves it)

@@ -18,7 +18,7 @@ from .trainer import Trainer
 from .models import GPT, lm_loss
 from .pairs import PairBatch, pad_pairs
 from .callbacks.train import BasicTrainCB
-from .invariants import tiny_trainer
+from .invariants import tiny_trainer, _loaders
 
 # %% ../nbs/94_setups.ipynb #2164648c
 ALPHABET = 'abcdefghijklmnop'  # the tiny language models' characters: a token id is a character's place
@@ -37,18 +37,6 @@ class CharTokenizer:
     def decode(self, ids): # token ids below `vocab_size`
         "The text of `ids`"
         return ''.join(self.alphabet[int(i)] for i in ids)
-
-def _loaders(train, valid, bs, world=None, tfm=None):
-    "`TensorLoader`s of the tuples of tensors `train` and `valid` (the training one shuffled with its own seed), or, given `world`, torch `DataLoader`s with a `DistributedSampler` of the same seed: this process's share of each batch of `bs`"
-    if world is None: return DataLoaders(TensorLoader(*train, bs=bs, shuffle=True, seed=3, tfm=tfm), TensorLoader(*valid, bs=bs, tfm=tfm))
-    from torch.utils.data import DataLoader, TensorDataset, default_collate
-    from torch.utils.data.distributed import DistributedSampler
-    rank = torch.distributed.get_rank() if world > 1 else 0
-    collate = default_collate if tfm is None else (lambda items: tfm(tuple(default_collate(items))))
-    def dl(ts, shuffle):
-        ds = TensorDataset(*ts)
-        return DataLoader(ds, bs // world, sampler=DistributedSampler(ds, world, rank, shuffle=shuffle, seed=3), collate_fn=collate)
-    return DataLoaders(dl(train, True), dl(valid, False))
 
 # %% ../nbs/94_setups.ipynb #0acd59bd
 def tiny_lm_dls(bs:int=8, # rows a batch
