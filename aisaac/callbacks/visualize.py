@@ -19,6 +19,9 @@ from ..core.callback import Callback
 from .train import batch_targets
 from ..trainer import Trainer
 from .summary import peek_batch
+from .preds import item_places, _place
+from ..ranks import _fit_group, _gather, _world_size
+from ..utils import is_main_process
 
 # %% ../../nbs/callbacks/67_visualize.ipynb #ffe6802d
 def class_names(dls): # the trainer's loaders
@@ -69,7 +72,7 @@ class ImageVisualizerCB(Callback):
     "Every `every_n_epochs` epochs, draw `n` validation images with their true and predicted classes: shown, saved as PNG, sent to the loggers"
     order = 15  # after the loop's work (0) and the display of the epoch's row (10)
     run_after = ('ProgressCB', 'PrintProgressCB')
-    runs_on = 'main'  # in a distributed run only the main process draws and writes
+    # (in a distributed run every process keeps its share's first `n`; the main process draws the first `n` of them all, and writes)
     def __init__(self, n:int=9, # how many validation images to draw
                  every_n_epochs:int=1, # draw after every this many epochs
                  folder='runs/images', # where to write the PNG files; `None`: write none
@@ -80,7 +83,7 @@ class ImageVisualizerCB(Callback):
                  cmap:str='gray'): # colour map for single-channel images
         if n < 1 or every_n_epochs < 1: raise ValueError(f"`n` and `every_n_epochs` must be at least 1 (got {n} and {every_n_epochs})")
         self.n, self.every, self.folder, self.denorm, self.show = n, every_n_epochs, folder, denorm, show
-        self.imsize, self.dpi, self.cmap, self.paths, self.epoch = imsize, dpi, cmap, [], None
+        self.imsize, self.dpi, self.cmap, self.paths, self.epoch, self.kept = imsize, dpi, cmap, [], None, []
 
     def before_train(self, trainer):
         "The epoch this pass is: the run's clock's (across fits, and kept in checkpoints: a resumed run's too); in a run measured in steps, numbered by the step its validation comes at"
@@ -98,11 +101,13 @@ class ImageVisualizerCB(Callback):
 
     def after_validate(self, trainer):
         "Draw the kept images every `every_n_epochs` epochs (not in a fit that only validates: `capture_preds`)"
-        epoch, self.epoch, steps = self.epoch, None, getattr(trainer, 'steps', None) is not None
-        if epoch is None or not self.kept or ((trainer.epoch if steps else epoch) + 1) % self.every: return  # (in steps: every so many intervals)
+        epoch, self.epoch, steps, kept, self.kept = self.epoch, None, getattr(trainer, 'steps', None) is not None, self.kept, []  # (none held between passes)
+        if epoch is None or ((trainer.epoch if steps else epoch) + 1) % self.every: return  # (in steps: every so many intervals; the same on every process)
         if steps: epoch = trainer.clock.step
-        xb, yb, preds = (torch.cat(o)[:self.n].float().cpu() for o in zip(*self.kept))
-        self.kept = []
+        kept = tuple(torch.cat(o)[:self.n].float().cpu() for o in zip(*kept)) if kept else None
+        if _world_size() > 1: kept = self._joined(trainer, kept)  # (a collective)
+        if kept is None or not is_main_process(): return
+        xb, yb, preds = (o[:self.n] for o in kept)
         if (f := find_denorm(trainer, self.denorm)) is not None: xb = f(xb)
         fig = self.draw(xb, yb, preds, class_names(trainer.dls), epoch)
         if self.folder is not None: self.paths.append(self._save(fig, epoch))
@@ -124,6 +129,21 @@ class ImageVisualizerCB(Callback):
             show_image(x, ax=ax, cmap=self.cmap)
             ax.set_title(f'true: {_label(y, names)}\npred: {_label(p, names)}', fontsize=8, color='green' if int(y) == int(p) else 'red')
         return fig
+
+    def _joined(self, trainer, kept):
+        "Every process's kept images, targets and predictions in the validation loader's order (a `DistributedSampler`'s shares interleaved): the first of the whole set, as one process keeps"
+        every = [e for e in _gather(kept, _fit_group(trainer)) if e is not None]
+        if not every: return None
+        places, n = item_places(trainer.dl, [len(e[0]) for e in every])
+        return tuple(_place([e[i] for e in every], places, n) for i in range(3))
+
+    def state_dict(self):
+        "The PNG files written so far: a resumed fit's `paths` are the uninterrupted fit's"
+        return {'paths': [str(p) for p in self.paths]} if self.paths else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's files"
+        if state: self.paths = [Path(p) for p in state['paths']]
 
     def _save(self, fig, epoch):
         path = Path(self.folder) / f'predictions_epoch_{epoch}.png'
