@@ -12,12 +12,11 @@ import contextlib, copy, io
 from pathlib import Path
 import torch
 from . import __version__
-from .core.callback import Callback
+from .core.callback import Callback, CancelFitException
 from .core.dispatch import with_cbs
 from .clock import set_sampler_epoch
 from .loaders import Resumed, _worker_died, dead_worker_error, loader_generators, loader_places, loader_states, own_loader_state, put_places, resume_iter
-from .persist import (CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state,
-                            unwrap_model, _on_cpu, _rng_problem, _why)
+from .persist import CheckpointEngine, CheckpointError, atomic_save, is_main_process, rng_state, set_rng_state, unwrap_model, _on_cpu, _rng_problem, _why
 from .dcp import ShardedCheckpointEngine, is_sharded, load_state_dicts, state_dicts
 
 # %% ../nbs/26_checkpoint.ipynb #208e6e9c
@@ -334,8 +333,9 @@ class _FitTracker(Callback):
         if callable(wait := getattr(trainer.__dict__.get('_checkpoint_engine'), 'wait', None)): wait()
 
     def before_train(self, trainer):
-        "Load the checkpoint at the first pass; keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
-        resumed = self.state is not None and self._resume(trainer, training=True)
+        "Load the checkpoint at the first pass (a checkpoint whose callbacks asked the fit to stop, `request_stop`, ends the fit here, before the other callbacks' `before_train`, where the uninterrupted fit ended); keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
+        asked, resumed = trainer.stop_reason, self.state is not None and self._resume(trainer, training=True)
+        if (why := trainer.stop_reason) is not asked: raise CancelFitException(why)  # (a stop the loaded checkpoint asked for: nothing else ran)
         if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
         if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch if hasattr(trainer, 'clock') else trainer.epoch)  # this epoch's order
         trainer._at = ('train', trainer.epoch)

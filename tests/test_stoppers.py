@@ -187,3 +187,28 @@ def test_a_checkpoint_written_when_a_stopper_ends_the_fit_resumes_to_the_same_en
     found by the invariance harness, issue 51: the resumed fit trained epoch 1, its weights 0.0545 off)"""
     from aisaac.coverage import check
     assert check(['ThresholdStopperCB', 'BatchTransformCB'], 'resume') == []
+
+@pytest.mark.parametrize('names', [('ThresholdStopperCB', 'BatchTransformCB', 'GradClipCB'), ('ThresholdStopperCB', 'BatchTransformCB', 'CheckpointCB'),
+                                   ('ImageVisualizerCB', 'ThresholdStopperCB')])
+def test_a_fit_resumed_at_its_stop_shows_what_the_last_step_left(names):
+    """The invariance harness's minimal reproducers (issue 51's KNOWN, found 2026-12-02/03): stopped by ThresholdStopperCB at the end of epoch 0, the
+    first resume point, the resumed fit trains nothing, and showed GradClipCB's `norm` as None (straight fit: 1.118), CheckpointCB's `last` as None
+    (straight: the epoch-0 file), ImageVisualizerCB's `paths` as [] and its `epoch` set by a `before_train` of a pass that never came: the
+    states keep `norm`, `last` and `paths`, and the fit's tracker ends the fit before any callback's `before_train`"""
+    from aisaac.coverage import check
+    assert check(list(names), 'resume') == []
+
+def test_a_fit_resumed_at_its_stop_runs_no_before_train(tmp_path):
+    "The stop in the checkpoint ends the resumed fit before its first pass: no callback's `before_train` runs (as in the straight fit, which ended after the checkpoint)"
+    from aisaac.callbacks.savers import CheckpointCB
+    from aisaac.core.callback import Callback
+    class Passes(Callback):
+        def before_fit(self, trainer): self.n = 0
+        def before_train(self, trainer): self.n += 1
+    def run(resume):
+        p = Passes()
+        t = make_trainer([MetricsCB(show=False), ThresholdStopperCB('valid_loss', 100.), p, CheckpointCB(tmp_path/'a', keep_last=None)])
+        t.fit(3, lr=0.1, resume_from=tmp_path/'a'/'checkpoint_0001_000000.pt' if resume else None)
+        return p.n, t.stop_reason is not None, len(t.history.get_metric_steps('valid_loss'))
+    assert run(False) == (1, True, 1)
+    assert run(True) == (0, True, 1)

@@ -220,3 +220,13 @@ class GradClipCB(Callback):
     def before_step(self, trainer):
         "Clip the gradients; keep their norm before clipping in `self.norm`"
         self.norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, self.norm_type)
+
+    def state_dict(self):
+        "The last step's gradient norm, on the CPU (whole, where the parameters are sharded): a resumed fit that has no step left shows the uninterrupted fit's"
+        if self.norm is None: return {}
+        norm = self.norm.full_tensor() if hasattr(self.norm, 'full_tensor') else self.norm
+        return {'norm': norm.detach().cpu().clone()}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on from the checkpoint's last norm"
+        if state: self.norm = state['norm']

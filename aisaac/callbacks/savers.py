@@ -129,8 +129,11 @@ class CheckpointCB(Callback):
         self.writing.clear()
 
     def after_load_checkpoint(self, trainer):
-        "A resumed run: count `every` from the clock of the checkpoint"
+        "A resumed run: count `every` from the clock of the checkpoint; `last` is the newest checkpoint in `dir` at or before the point resumed, the one the uninterrupted run wrote last (no state of ours in the checkpoint: one loads into a trainer without a `CheckpointCB`)"
         if self.every is not None: self.every.start(trainer.clock)
+        try: here = _file_name(trainer)
+        except Exception: return  # (no exact resume point: no name to compare)
+        self.last = max((p for p in checkpoints(self.dir) if p.name <= here), key=lambda p: p.name, default=None)
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
         "Save when this epoch's end, this training batch, or a period of `every` is due (with `background`, first raise the error of a write that failed)"

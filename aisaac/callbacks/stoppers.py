@@ -59,12 +59,11 @@ class _MetricStopper(Callback):
         "The fit is over: a state loaded from now on is the next fit's"
         self._in_fit = False
 
-    def before_train(self, trainer):
-        "A fit resumed from a checkpoint written at the stop it asked for (loaded now, by the fit's tracker) ends there, as the straight fit did"
+    def after_load_checkpoint(self, trainer):
+        "A fit resumed from a checkpoint written at the stop it asked for ends there, as the straight fit did: the stop is asked again, and the fit's tracker ends the fit before its first pass (before any callback's `before_train`)"
         if (reason := self._pending) is None: return
         self._pending, self.reason = None, reason
         trainer.request_stop(reason)
-        raise CancelFitException(reason)
 
     def checkpoint(self, trainer, at):
         "At the end of each epoch, read the metric (an error if the epoch recorded none; an evaluation set's, when the set was evaluated); if `_should_stop` says so, end the fit once the epoch's checkpoints are written"
