@@ -566,3 +566,27 @@ def test_lossspikecb_keeps_a_graphed_fit_eager_and_says_why(action):
     assert torch.equal(w, fit(LossSpikeCB(action, warmup=2))[1])
     with pytest.raises(ValueError, match=r'CUDAGraphCB\(strict=True\) refuses this fit, which cannot be graphed: LossSpikeCB decides'):
         fit(LossSpikeCB(action, warmup=2), graphed(strict=True))
+
+@pytest.mark.parametrize('kw', [dict(momentum=0.9), dict(momentum=0.9, nesterov=True, weight_decay=0.01), dict(momentum=0.9, dampening=0.1, weight_decay=0.01),
+                                dict(momentum=0.5, dampening=0.3, maximize=True)])
+def test_fill_momentum_makes_a_fused_step_over_a_mix_of_buffers_the_plain_step(kw):
+    "Two parameters, the second getting its first gradient at step 2 (an unfrozen body): the fused step (torch's raises a TypeError on the mix) equals the plain step"
+    from aisaac.callbacks.graphplan import fill_momentum
+    def run(fused):
+        torch.manual_seed(0)
+        ps = [nn.Parameter(torch.randn(5)), nn.Parameter(torch.randn(3))]
+        opt = torch.optim.SGD(ps, lr=0.1, fused=fused, **kw)
+        for i in range(3):
+            for j, p in enumerate(ps): p.grad = torch.randn_like(p) if (j == 0 or i >= 1) else None
+            if fused: fill_momentum(opt)
+            opt.step()
+        return [p.detach().clone() for p in ps] + [opt.state[p]['momentum_buffer'] for p in ps]
+    for a, b in zip(run(False), run(True)): torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)  # (the fused kernel rounds as it does without a mix)
+
+@pytest.mark.parametrize('setup_cb', ['ChunkedLossCB', 'DistillCB', 'SampleCB', 'PreferenceCB', 'RewardCB'])
+def test_unfreezing_in_a_graphed_fit_steps_as_the_eager_fit(setup_cb):
+    """The invariance harness's reproducer (issue 51, found 2026-12-02): UnfreezeCB x CUDAGraphCB in the setups that step with SGD and momentum
+    raised `TypeError: expected Tensor as element 0 in argument 2, but got NoneType` at epoch 1 (the body's parameters without a momentum buffer
+    beside the head's, in torch's fused step): now the graphed fit equals the eager one"""
+    from aisaac.coverage import check
+    assert check(['UnfreezeCB', setup_cb], 'graphs') == []

@@ -6,7 +6,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/graphplan.html.md"""
 
 # %% auto #0
 __all__ = ['step_events', 'batch_events', 'known_roles', 'keeps_inputs', 'graph_role', 'graph_plan', 'graph_problems',
-           'make_capturable', 'CUDAGraphs', 'EagerGraphs']
+           'make_capturable', 'fill_momentum', 'CUDAGraphs', 'EagerGraphs']
 
 # %% ../../nbs/callbacks/76_graphplan.ipynb #da1d5464
 import contextlib
@@ -112,6 +112,19 @@ def make_capturable(opt, # the fit's optimizer
     if cuda: opt._warned_capturable_if_run_uncaptured = True  # (torch's warning that a capturable step runs uncaptured: the warm-up batches do, on purpose)
     for p, s in opt.state.items():  # a capturable step keeps its step count on the device (a checkpoint may have put it on the CPU)
         if cuda and isinstance(s.get('step'), torch.Tensor) and s['step'].device != p.device: s['step'] = s['step'].to(p.device, torch.float32)
+
+def fill_momentum(opt): # the optimizer, before an eager step
+    "Give each parameter that has a gradient and no momentum buffer, in a fused SGD group where others have one (a body unfrozen in the fit: `UnfreezeCB`), the buffer that makes the fused step's update the plain step's first one: torch's fused SGD takes no such mix (a `TypeError`)"
+    for g in opt.param_groups:
+        if not g.get('fused') or not g.get('momentum'): continue
+        ps = [p for p in g['params'] if p.grad is not None]
+        missing = [p for p in ps if opt.state.get(p, {}).get('momentum_buffer') is None]
+        if not missing or len(missing) == len(ps): continue  # (none missing, or all: the fused step's own first step)
+        m, d, wd = g['momentum'], g.get('dampening', 0), g.get('weight_decay', 0)
+        for p in missing:  # the fused step makes `m * buf + (1 - d) * grad`: the plain first step's `grad` for buf = grad * d / m (zeros, without dampening)
+            if not d: buf = torch.zeros_like(p.grad)
+            else: buf = ((-p.grad if g.get('maximize') else p.grad) + wd * p.detach()) * (d / m)
+            opt.state[p]['momentum_buffer'] = buf
 
 # %% ../../nbs/callbacks/76_graphplan.ipynb #c1db37d4
 class CUDAGraphs:
