@@ -12,12 +12,17 @@ import contextlib, math, re, time
 import torch
 
 # %% ../nbs/21_clock.ipynb #b63a64bb
-def batch_counts(batch): # a batch as the loader gives it: a tuple or list, a dict, or a tensor
-    "The samples and tokens in `batch`: the length of its first tensor, and the elements of its `input_ids` (0 without)"
+def batch_counts(batch, # a batch as the loader gives it: a tuple or list, a dict, or a tensor
+                 real:bool=False): # tokens without the padding: the sum of a padding `attention_mask` (a tensor, on the batch's device: no host sync)
+    "The samples and tokens in `batch`: the length of its first tensor, and the elements of its `input_ids` (0 without); `real`: those its padding mask keeps"
     if isinstance(batch, dict):
         ids = batch.get('input_ids')
         first = ids if isinstance(ids, torch.Tensor) else next((v for v in batch.values() if isinstance(v, torch.Tensor)), None)
-        return (len(first) if first is not None and first.ndim else 0), (ids.numel() if isinstance(ids, torch.Tensor) else 0)
+        n = len(first) if first is not None and first.ndim else 0
+        if not isinstance(ids, torch.Tensor): return n, 0
+        m = batch.get('attention_mask') if real else None  # (a packed batch's additive (B, 1, T, T) mask is no padding mask)
+        pads = isinstance(m, torch.Tensor) and m.shape == ids.shape and not m.is_floating_point() and not m.is_complex()
+        return n, (m.sum() if pads else ids.numel())
     if isinstance(batch, (tuple, list)): batch = next((o for o in batch if isinstance(o, torch.Tensor)), None)
     return (len(batch) if isinstance(batch, torch.Tensor) and batch.ndim else 0), 0
 
@@ -29,7 +34,7 @@ class Clock:
 
     def reset(self):
         "Start again from zero"
-        self.epoch = self.step = self.micro_step = self.samples = self.tokens = 0
+        self.epoch = self.step = self.micro_step = self.samples = self.tokens = 0  # (`tokens`: a property)
         self.batches_per_step, self.fit_start_step, self.fit_start_epoch, self._seconds, self._since, self._held = 1, 0, 0, 0., None, 0
 
     @property
@@ -61,9 +66,19 @@ class Clock:
         if type(b) in (tuple, list) and type(x := b[0]) is torch.Tensor and (shape := x.shape):
             self.samples += shape[0]  # the common `(x, y)` batch, counted in 0.2 us (a tensor's `len` alone takes 0.4 us)
             return
-        n, t = batch_counts(b)
+        n, t = batch_counts(b, real=True)
         self.samples += n
-        self.tokens += t
+        if isinstance(t, torch.Tensor) and t.device.type != 'cpu': self._owed = t if self._owed is None else self._owed + t  # (read when asked)
+        else: self._tokens += int(t)
+
+    @property
+    def tokens(self):
+        "Tokens trained on, the padding left out (a padding mask's sum, added on the device and read here: no host sync a batch)"
+        if self._owed is not None: self._tokens, self._owed = self._tokens + int(self._owed), None
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, n): self._tokens, self._owed = n, None
 
     def __getitem__(self, unit): # one of `Clock.units`
         "The count of `unit`: `clock['tokens']`"
