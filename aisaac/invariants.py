@@ -19,7 +19,7 @@ from .core.callback import Callback, CancelFitException
 from .utils import set_seed
 from .data import DataLoaders, TensorLoader
 from .trainer import Trainer
-from .callbacks.train import BasicTrainCB
+from .callbacks.train import BasicTrainCB, batch_targets, shifts_labels
 from .callbacks.gradients import GradAccumCB
 from .callbacks.graphs import CUDAGraphCB
 from .callbacks.graphplan import EagerGraphs
@@ -97,7 +97,9 @@ class _StopAt(Callback):
 class _Seen(Callback):
     "Keep each batch's predictions, targets, loss and size, by pass and epoch (not the evaluation sets'), whether its step was applied, and whether a rollback voided it"
     order = 999
-    def before_fit(self, trainer): self.seen, self._applied, self._at = [], False, 0
+    def before_fit(self, trainer):
+        self.seen, self._applied, self._at, self._shifted = [], False, 0, shifts_labels(trainer.model)
+        self._step = next((c for c in trainer.cbs if isinstance(c, BasicTrainCB)), None)  # (its `loss_items`: what its loss is a mean over, pairs for a DPO loss)
     def before_batch(self, trainer): self._applied, self._at = False, trainer.clock.micro_step
     def after_step(self, trainer): self._applied = True
     def void_batches(self, trainer, first:int):
@@ -105,12 +107,13 @@ class _Seen(Callback):
             if s['training'] and s['at'] >= first: s['void'] = True
     def after_batch(self, trainer):
         if getattr(trainer, 'eval_set', None) is not None: return
-        b, preds = trainer.batch, getattr(trainer, 'preds', None)
-        y = b[-1] if isinstance(b, (tuple, list)) else None
-        loss = getattr(trainer, 'loss', None)
+        preds, loss = getattr(trainer, 'preds', None), getattr(trainer, 'loss', None)
+        ys = tuple(y.clone() if isinstance(y, torch.Tensor) else y for y in batch_targets(trainer))  # (a dict batch's too: its `labels`)
+        y = ys[0] if ys and isinstance(ys[0], torch.Tensor) else None  # the items a mean loss averages: the step's, else tokens not -100, or samples
+        n = None if y is None else int(self._step.loss_items(trainer)) if self._step is not None else int(((y[..., 1:] if self._shifted else y) != -100).sum()) if y.ndim > 1 and not y.is_floating_point() else len(y)
         self.seen.append({'training': trainer.training, 'epoch': trainer.epoch, 'applied': self._applied, 'at': self._at, 'void': False,
-                          'preds': None if preds is None else preds.detach().clone(), 'targets': None if y is None else y.clone(),
-                          'loss': None if loss is None else float(loss), 'n': None if y is None else len(y)})
+                          'preds': preds.detach().clone() if isinstance(preds, torch.Tensor) else None, 'targets': ys if y is not None else None,
+                          'loss': None if loss is None else float(loss), 'n': n})
 
 FIT = {'n_epochs': 2, 'lr': 1e-2}  # every invariant's fit
 
@@ -302,34 +305,34 @@ def check_transactions(case:Case, # what to train
 
 def check_hand(case:Case, # what to train
                tol:float=1e-5): # relative difference allowed
-    "Each epoch's losses and `MetricsCB`'s metrics equal the same computed here from the predictions and targets the fit saw (the loss function, a fresh copy of each metric)"
+    "Each epoch's losses and `MetricsCB`'s metrics equal the same computed here from the predictions and targets the fit saw (the loss function, a fresh copy of each metric; a `MetricsCB` added, for the losses, to a fit that has none)"
     from aisaac.callbacks.metrics import MetricsCB
     _, (d,) = _folders(1)
     seen = _Seen()
     t = case.trainer(d, [seen])
+    if not any(isinstance(cb, MetricsCB) for cb in t.cbs): t = case.trainer(d, [seen, MetricsCB(show=False)])  # (the losses it records, at least)
     _fit(t, **case.fit_args)
     mcb = next((cb for cb in t.cbs if isinstance(cb, MetricsCB)), None)
-    h, out = t.history, []
+    h, out, compared = t.history, [], 0
     for e in sorted({s['epoch'] for s in seen.seen}):
         for training in (True, False):
             bs = [s for s in seen.seen if s['training'] == training and s['epoch'] == e and s['preds'] is not None and s['targets'] is not None]
-            bs = [s for s in bs if not s['void']]
-            if not bs: continue
-            preds, targets = torch.cat([s['preds'] for s in bs]), torch.cat([s['targets'] for s in bs])
+            if not (bs := [s for s in bs if not s['void']]): continue
             name = 'train_loss' if training else 'valid_loss'
-            if name in h.get_metric_names('epoch') and e in (steps := h.get_metric_steps(name)):
-                v = h.get_metric_values(name)[steps.index(e)]
-                if training:  # the training loss of each batch is computed before its step: its mean over the items
-                    mine = sum(float(t.loss_func(s['preds'], s['targets'])) * s['n'] for s in bs) / sum(s['n'] for s in bs)
-                else: mine = float(t.loss_func(preds, targets))
+            if t.loss_func is not None and name in h.get_metric_names('epoch') and e in (steps := h.get_metric_steps(name)):  # each batch's loss (a training one's before its step), by its items
+                v, compared = h.get_metric_values(name)[steps.index(e)], compared + 1
+                mine = sum(float(t.loss_func(s['preds'], *s['targets'])) * s['n'] for s in bs) / max(1, sum(s['n'] for s in bs))
                 if not _close(v, mine, tol): out.append(f"{name} of epoch {e}: the history {v:.9g}, by hand {mine:.9g}")
-            if mcb is None or training: continue
-            for k, m in getattr(mcb, 'metrics', {}).items():
+            if mcb is None or training or not (ms := getattr(mcb, 'metrics', {})): continue
+            try: preds, targets = torch.cat([s['preds'] for s in bs]), torch.cat([s['targets'][0] for s in bs])
+            except RuntimeError: out.append(f"not checked: the metrics of epoch {e}, whose batches' predictions or targets differ in shape"); continue
+            for k, m in ms.items():
                 if k not in h.get_metric_names('epoch') or e not in (steps := h.get_metric_steps(k)): continue
                 m = copy.deepcopy(m); m.reset(); m.update(preds, targets)
-                mine, v = float(m.compute()), h.get_metric_values(k)[steps.index(e)]
+                mine, v, compared = float(m.compute()), h.get_metric_values(k)[steps.index(e)], compared + 1
                 if not _close(v, mine, tol): out.append(f"{k} of epoch {e}: the history {v:.9g}, by hand {mine:.9g}")
-    return out
+    why = 'the trainer has no `loss_func` (a callback computes the loss) and no metric' if t.loss_func is None else 'no epoch loss or metric of the history'
+    return out if compared else out + [f"not checked: {why} could be computed from the batches' predictions and targets"]
 
 CHECKS = {'resume': check_resume, 'accumulation': check_accumulation, 'graphs': check_graphs, 'records': check_records,
           'transactions': check_transactions, 'hand': check_hand,

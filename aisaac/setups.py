@@ -163,7 +163,7 @@ _LM = {'MetricsCB': "MetricsCB(show=False)", 'EvalSetsCB': "EvalSetsCB(more=tiny
 _PAIRS = {'EvalSetsCB': "EvalSetsCB(more=tiny_pair_dls(seed=1).valid)",
           'BatchTransformCB': "BatchTransformCB(lambda b: {**b, 'input_ids': (b['input_ids'] + 1) % 16})",
           'ExportCB': "ExportCB(folder/'model', example=torch.zeros(1, 8, dtype=torch.long))",  # (the model takes rows of token ids, the pairs flattened)
-          'ThresholdStopperCB': "ThresholdStopperCB('valid_loss', 0.5)"}  # (a pair loss starts at ln 2, under the MLP's 1.0: it would stop every fit at the first resume point, as a KNOWN entry of `aisaac.coverage` says)
+          'ThresholdStopperCB': "ThresholdStopperCB('valid_loss', 0.5)"}  # (a pair loss starts at ln 2, under the MLP's 1.0: it would stop every fit at the first resume point, and the invariants would check a fit of one epoch)
 _DICTS = "a pair batch is a dict of (pairs, 2, length) rows"
 _UNFIT_PAIRS = {
     'BatchAugmentationCB': f"it adds Gaussian noise to the batch's first item, an input tensor: {_DICTS}",

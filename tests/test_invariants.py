@@ -111,3 +111,22 @@ def test_captured_records_in_a_checkpoint_of_two_processes_are_one_processs(name
     process after the other, its training and validation rows out of order); resumed, each process takes its own share"""
     from aisaac.coverage import check
     assert check([name, 'CheckpointCB'], 'processes') == []
+
+def test_hand_recomputes_a_dict_batchs_loss_and_says_when_it_checked_nothing():
+    """`hand` on the GPT setup (dict batches: `input_ids`, `labels`): a loss the history records 1.5 times too big is found (before, a dict
+    batch's targets were not kept and the invariant passed without comparing anything); a fit without a MetricsCB gets one (its losses are compared);
+    a fit whose history has no epoch loss says "not checked\""""
+    from aisaac.core.callback import Callback
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.invariants import Case, check_hand, violations
+    from aisaac.setups import tiny_gpt_trainer
+    class Inflate(Callback):
+        order = -5  # before MetricsCB keeps the batch's loss
+        def after_batch(self, trainer): trainer.loss = trainer.loss * 1.5
+    assert check_hand(Case(tiny_gpt_trainer, callbacks=[MetricsCB(show=False)])) == []
+    assert check_hand(Case(tiny_gpt_trainer, callbacks=[Inflate()]))  # (a MetricsCB added: the inflated loss it records is found)
+    got = check_hand(Case(tiny_gpt_trainer, callbacks=[MetricsCB(show=False), Inflate()]))
+    assert got and all('by hand' in l for l in got) and any(l.startswith('train_loss of epoch 0') for l in got), got
+    from aisaac.callbacks.train import SingleBatchCB
+    nothing = check_hand(Case(callbacks=[SingleBatchCB()]))  # (one batch, and no epoch row in the history)
+    assert violations(nothing) == [] and nothing[-1].startswith('not checked: no epoch loss'), nothing

@@ -64,11 +64,3 @@ def test_what_the_first_runs_in_the_setups_found():
     setup names its body and head)"""
     assert check(['CheckpointCB', 'ChunkedLossCB'], 'graphs') == []
     assert check(['UnfreezeCB', 'RewardCB'], 'resume') == []
-
-def test_the_defects_the_setups_found_still_fail_as_known_says():
-    "KNOWN entries found with the setups (nbs/92_coverage.ipynb): when one passes, remove it from KNOWN"
-    for cbs, inv, says in [(('UnfreezeCB', 'SampleCB'), 'graphs', 'got NoneType'),
-                           (('ThresholdStopperCB', 'BatchTransformCB', 'CheckpointCB'), 'resume', 'attributes.CheckpointCB')]:
-        assert (cbs, inv) in KNOWN
-        got = check(list(cbs), inv)
-        assert got and says in got[0], (cbs, got)
