@@ -155,7 +155,7 @@ class Setup:
     def __repr__(self): return f"Setup({self.make.__name__}: {self.about})"
 
 # %% ../nbs/94_setups.ipynb #2d2ecd58
-_PAIRS_TOOLS = {'tools': ['lr_find', 'capture_preds', 'peek_batch']}  # (`Interpretation` takes per-item losses of a `loss_func`, and `summarize_model` runs the model on an `(x, y)` batch: pairs have neither)
+_PAIRS_TOOLS = {'tools': ['lr_find', 'capture_preds', 'peek_batch', 'summarize_model']}  # (`Interpretation` takes per-item losses of a `loss_func`: a pair trainer has none, and says so)
 _LM = {'MetricsCB': "MetricsCB(show=False)", 'EvalSetsCB': "EvalSetsCB(more=tiny_lm_dls(seed=1).valid)",
        'BatchTransformCB': "BatchTransformCB(lambda b: ((b[0] + 1) % 16, b[1]))",
        'BatchAugmentationCB': "BatchAugmentationCB([lambda x: torch.where(torch.rand(x.shape) < 0.1, 0, x)], on_valid=False)"}

@@ -126,3 +126,19 @@ def test_the_predictions_in_a_checkpoint_are_tensors_on_the_cpu(tmp_path):
     assert len(shares) == 1 and shares[0].tolist() == list(range(64))
     assert {k: tuple(v.shape) for k, v in state.items()} == {'preds': (64, 3), 'targs': (64,), 'inps': (64, 4)}
     assert all(v.device.type == 'cpu' for v in state.values()) and cp.state_dict() == {} and cp.all_preds.shape == (128, 3)
+
+def test_batches_of_sequences_padded_to_their_own_longest_join_padded_with_minus_100():
+    """`capture_preds` on a language model whose batches are padded each to its own longest row (an SFT loader): the predictions (B, T, V)
+    and labels (B, T) of batches of 5 and 7 positions are joined padded to 7 with -100, as Hugging Face's Trainer pads (before: torch.cat
+    raised `Sizes of tensors must match`)"""
+    from aisaac.data import DataLoaders
+    from aisaac.models import lm_loss
+    from aisaac.setups import tiny_gpt
+    g = torch.Generator().manual_seed(0)
+    batch = lambda T: {'input_ids': torch.randint(0, 16, (2, T), generator=g), 'labels': torch.randint(0, 16, (2, T), generator=g)}
+    valid = [batch(5), batch(7)]
+    t = Trainer(DataLoaders(valid, valid), lm_loss, model=tiny_gpt(), callbacks=[BasicTrainCB()])
+    preds, targs = t.capture_preds()
+    assert preds.shape[:2] == (4, 7) and targs.shape == (4, 7)
+    assert torch.equal(targs[:2, :5], valid[0]['labels']) and (targs[:2, 5:] == -100).all() and torch.equal(targs[2:], valid[1]['labels'])
+    assert (preds[:2, 5:] == -100).all() and not (preds[:2, :5] == -100).any()

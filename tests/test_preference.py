@@ -245,3 +245,17 @@ def test_disable_dropout_turns_the_policys_and_references_dropout_off_for_the_fi
         assert set(seen) == ({0.} if off else {0.5})
         assert m.drop.p == 0.5 and m.blocks[0].attn.dropout == 0.5 and m.blocks[0].mlp[-1].p == 0.5  # given back after the fit
         if loss == 'dpo': assert (rec.losses[0] == pytest.approx(LN2, abs=1e-6)) == off  # the policy is its reference at the first batch
+
+@pytest.mark.parametrize('kind', ['preference', 'reward'])
+def test_a_pair_trainer_summarizes_its_model_on_the_pairs_rows_and_refuses_item_losses_by_name(kind):
+    """`summarize_model` on a PreferenceCB or RewardCB trainer runs the model on the pairs' rows, as the step does (`model_inputs`: 2B rows);
+    it raised `ValueError: too many values to unpack` (the model got (B, 2, T) ids). `Interpretation` needs each item's loss from a
+    `loss_func`, which a pair trainer has not: the error names the callback and the way out (it raised `'NoneType' object is not callable`)"""
+    from aisaac import setups
+    from aisaac.callbacks.interpret import Interpretation
+    t = (setups.tiny_preference_trainer if kind == 'preference' else setups.tiny_reward_trainer)([MetricsCB(show=False)])
+    b = t.peek_batch()
+    s = t.summarize_model()
+    assert f"({2 * len(b['input_ids'])}, {b['input_ids'].shape[-1]})" in str(s), str(s)[:300]
+    with pytest.raises(ValueError, match=f"{'PreferenceCB' if kind == 'preference' else 'RewardCB'} computes the loss itself.*capture_preds"):
+        Interpretation.from_trainer(t)

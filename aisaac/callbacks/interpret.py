@@ -43,7 +43,12 @@ class ItemLossesCB(Callback):
         self.keep = keep
 
     def before_fit(self, trainer):
-        "Start with nothing"
+        "Start with nothing; refuse a trainer without a `loss_func`, which the items' losses are computed with"
+        if trainer.loss_func is None:
+            step = next((type(cb).__name__ for cb in trainer.cbs if hasattr(cb, 'get_loss')), 'the training step')
+            raise ValueError(f"ItemLossesCB (and `Interpretation`) computes each item's loss with the trainer's `loss_func`, and this trainer has none: "
+                             f"{step} computes the loss itself (a model's own loss, a preference or reward loss over pairs). For the predictions "
+                             f"and targets alone, use `capture_preds`; for item losses, give the trainer a `loss_func(preds, *targets)`")
         self.n, self._losses, self._top, self._moved, self._whole, self._segs, self._share = 0, [], None, True, None, [], None
 
     def after_batch(self, trainer):

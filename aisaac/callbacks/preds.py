@@ -28,11 +28,21 @@ def batch_inputs(trainer, # a trainer, in a batch
     targs = batch_targets(trainer, b)
     return {k: v for k, v in b.items() if isinstance(v, torch.Tensor) and not any(v is t for t in targs)}
 
+_PAD = -100  # what pads a joined batch's rows to the longest (Hugging Face's Trainer pads its gathered predictions and labels so)
+
+def _joined(parts):
+    "A tensor for `parts` joined along the first dimension, each other dimension the longest of theirs, filled with `_PAD` (-100)"
+    size = [max(p.shape[d] for p in parts) for d in range(1, parts[0].ndim)]
+    return parts[0].new_full((sum(len(p) for p in parts), *size), _PAD)
+
 def _cat(parts):
-    "Tensors (or dicts of them, key by key) joined along the first dimension; `None` for none"
+    "Tensors (or dicts of them, key by key) joined along the first dimension; rows of other lengths (batches of sequences, each padded to its own longest) padded to the longest with -100; `None` for none"
     if not parts: return None
-    if isinstance(parts[0], collections.abc.Mapping): return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    return torch.cat(parts)
+    if isinstance(parts[0], collections.abc.Mapping): return {k: _cat([p[k] for p in parts]) for k in parts[0]}
+    if len({p.shape[1:] for p in parts}) < 2 or len({p.ndim for p in parts}) > 1: return torch.cat(parts)
+    out, i = _joined(parts), 0
+    for p in parts: out[(slice(i, i + len(p)), *map(slice, p.shape[1:]))] = p; i += len(p)
+    return out
 
 def _count(o): return 0 if o is None else len(next(iter(o.values()))) if isinstance(o, collections.abc.Mapping) else len(o)
 def _rows(o, idx): return {k: v[idx] for k, v in o.items()} if isinstance(o, collections.abc.Mapping) else o[idx]  # (a dict's rows, key by key)
@@ -52,8 +62,8 @@ def _place(parts, places, n):
     "The processes' `parts` (tensors or dicts of them) put at their `places`, the first `n` kept"
     if all(p is None for p in parts): return None
     if isinstance(parts[0], collections.abc.Mapping): return {k: _place([p[k] for p in parts], places, n) for k in parts[0]}
-    out = parts[0].new_empty((sum(len(p) for p in parts), *parts[0].shape[1:]))
-    for p, where in zip(parts, places): out[where] = p
+    out = _joined(parts)  # (the processes' rows padded to the longest: each pads its batches to its own)
+    for p, where in zip(parts, places): out[(where, *map(slice, p.shape[1:]))] = p
     return out[:n]
 
 def join_items(trainer, # the trainer of the fit
@@ -97,7 +107,7 @@ def join_passes(trainer, # the trainer of the fit (a distributed one's process g
     return joined, [torch.where(keep[p], new[p], -1) for p in places], [e[3] for e in every]
 
 class CapturePredsCB(Callback):
-    "Keep the predictions, targets and (if `inps`) inputs of every batch, joined on the CPU when the fit ends (however it ends), over every process in a distributed fit"
+    "Keep the predictions, targets and (if `inps`) inputs of every batch, joined on the CPU when the fit ends (however it ends), over every process in a distributed fit; batches of sequences of other lengths padded to the longest with -100 (as Hugging Face's Trainer pads)"
     def __init__(self, inps:bool=False): # also keep the inputs
         self.inps = inps
 

@@ -219,6 +219,11 @@ class PreferenceCB(BasicTrainCB):
                              "(`lora(model.merge_and_unload())`), or give `reference='copy'` (a frozen copy of the model as it is)")
         self._fresh = True
 
+    def model_inputs(self, batch:dict): # a batch of pairs
+        "What the policy is called with on `batch`: its pairs' rows, chosen then rejected (2B rows, as `pair_logps` runs it; `summarize_model` runs the model so)"
+        flat = concat_pairs(batch)
+        return {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+
     def predict(self, trainer):
         "The policy's log-probabilities of each pair's replies (one forward pass of the chosen and the rejected rows), the reference's, and the loss of each pair; `trainer.preds` are the pairs' rewards and log-probabilities (`columns`)"
         if trainer.dl is not self._dl_x: self._start_pass(trainer)

@@ -60,6 +60,11 @@ class RewardCB(BasicTrainCB):
         if trainer.loss_func is not None and trainer.loss_func is not lm_loss:
             raise ValueError("RewardCB computes the Bradley-Terry loss of the pairs itself; give the trainer `loss_func=None`")
 
+    def model_inputs(self, batch:dict): # a batch of pairs
+        "What the model is called with on `batch`: its pairs' rows, chosen then rejected (2B rows; `summarize_model` runs the model so)"
+        flat = concat_pairs(batch)
+        return {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+
     def predict(self, trainer):
         "Each pair's two scores, at its replies' last trained positions; `trainer.preds` are their rows (`columns`)"
         if trainer.dl is not self._dl_x:
@@ -67,7 +72,7 @@ class RewardCB(BasicTrainCB):
             self._own, self._dl_x = False, trainer.dl
             self._pair, self._forward, self._targets = _layout(self, trainer.batch)
         flat = concat_pairs(trainer.batch)
-        scores = trainer.model(**{k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat})
+        scores = trainer.model(**self.model_inputs(trainer.batch))
         doc = pair_documents(flat['labels'], flat.get('position_ids'))
         self._rc, self._rr, _, _ = pair_sums(scores, last_positions(flat['labels'] != -100, doc), doc)
         d = (self._rc - self._rr).detach()

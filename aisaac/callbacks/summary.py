@@ -115,6 +115,7 @@ def _forward(trainer, batch):
     "How the trainer's `BasicTrainCB` (its `n_inp`, `input_keys`, `target_key`; the defaults without one) runs the model on `batch`: `forward(model, batch)`"
     cb = copy.copy(next((c for c in trainer.cbs if isinstance(c, BasicTrainCB)), None) or BasicTrainCB())
     cb._own = trainer.loss_func is None  # as its first `predict` of a pass sets it: a model that computes its own loss gets the whole batch
+    if callable(inputs := getattr(cb, 'model_inputs', None)): return lambda m, b: m(**inputs(b))  # a step that says what the model gets (pairs' rows)
     if isinstance(batch, torch.Tensor): return lambda m, b: m(b)  # inputs alone
     if isinstance(batch, (tuple, list)) and len(batch) <= cb.n_inp and not cb._own: return lambda m, b: m(*b)  # inputs alone, no targets
     return _layout(cb, batch)[1]
