@@ -41,8 +41,7 @@ def _loads_back(name, state):
     if _plain(state): return state
     try:
         torch.save(state, buf := io.BytesIO())
-        buf.seek(0)
-        torch.load(buf, weights_only=True)
+        buf.seek(0); torch.load(buf, weights_only=True)
     except Exception as e:  # (one that does not pickle, or does not load back)
         raise CheckpointError(f"The state of {name} cannot go in a checkpoint ({_why(e)}): its `state_dict` must return "
                               f"tensors and plain Python values (numbers, strings, lists, tuples, dicts)") from None
@@ -326,7 +325,7 @@ class _FitTracker(Callback):
 
     def after_fit(self, trainer):
         "A fit with no epoch left restores the checkpoint here, after every `before_fit` (which may have reset the optimizer)"
-        if self.state is not None: self._resume(trainer)
+        if self.state is not None: self._resume(trainer); _last_epoch(trainer)
 
     def cleanup_fit(self, trainer):
         "However the fit ended, the checkpoints written in the background are whole when it returns (one that failed raises its `CheckpointWriteError`)"
@@ -335,7 +334,7 @@ class _FitTracker(Callback):
     def before_train(self, trainer):
         "Load the checkpoint at the first pass (a checkpoint whose callbacks asked the fit to stop, `request_stop`, ends the fit here, before the other callbacks' `before_train`, where the uninterrupted fit ended); keep the random states this pass's data order comes from (and tell a `DistributedSampler` the epoch)"
         asked, resumed = trainer.stop_reason, self.state is not None and self._resume(trainer, training=True)
-        if (why := trainer.stop_reason) is not asked: raise CancelFitException(why)  # (a stop the loaded checkpoint asked for: nothing else ran)
+        if (why := trainer.stop_reason) is not asked: _last_epoch(trainer); raise CancelFitException(why)  # (a stop the loaded checkpoint asked for: nothing else ran)
         if not resumed and trainer.steps is None: trainer._epoch_rng = rng_state(loader_generators(trainer.dls))
         if trainer.steps is None: set_sampler_epoch(trainer.dl, trainer.clock.epoch if hasattr(trainer, 'clock') else trainer.epoch)  # this epoch's order
         trainer._at = ('train', trainer.epoch)
@@ -376,8 +375,7 @@ class _FitTracker(Callback):
         trainer.load_checkpoint(state)
         if trainer.steps is not None:  # the stream resumes where it was in the loader's epoch, when it starts its next one
             if (stream := state.get('stream')) and stream['n']: self.stream_at = (stream['n'], state['epoch_rng'], state['rng'], own_loader_state(state.get('loader')), trainer.epoch)
-            trainer._stream.it, trainer._epoch_rng = None, state['epoch_rng']
-            trainer.first_batch = state['batch']
+            trainer._stream.it, trainer._epoch_rng, trainer.first_batch = None, state['epoch_rng'], state['batch']
             return bool(state['batch'])
         if not (training and state['batch']): return False
         gens = loader_generators(trainer.dls)
@@ -387,6 +385,8 @@ class _FitTracker(Callback):
         return True
 
 # %% ../nbs/26_checkpoint.ipynb #a7e8961c
+def _last_epoch(t): t.epoch -= bool(t.epoch and not t.batch_num)  # a fit resumed at an epoch's start that trains none ends on the epoch before, as the straight one did
+
 def _copy_attrs(cb, shared):
     "A copy of `cb`'s attributes for a transaction to put back: each deep-copied (the trainer, model, loaders and open files kept), one that cannot be copied (a lock, a thread) kept as it is"
     memo, out = dict(shared), {}

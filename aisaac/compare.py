@@ -73,11 +73,11 @@ def snapshot(trainer, # a trainer after its fit
              folder=None, # the folder its loggers write in: their files are compared, and its path in their state left out
              rng:bool=False, # also the random generators' states
              attributes:bool=False): # also each callback's public plain attributes (its records)
-    "What an invariant compares: weights, optimizer state, every callback's state (and, with `attributes`, its plain attributes), the history, the clock, the files under `folder` (the loggers'), and the random states"
+    "What an invariant compares: weights, optimizer state, every callback's state (and, with `attributes`, its plain attributes), the history, the clock, the trainer's `epoch`, the files under `folder` (the loggers'), and the random states"
     t = trainer
     clock = {k: v for k, v in t.clock.state_dict().items() if k != 'seconds'} if hasattr(t, 'clock') else None
     out = {'model': t.model.state_dict(), 'opt': None if getattr(t, 'opt', None) is None else t.opt.state_dict(),
-           'callbacks': t.callbacks_state_dict(), 'history': t.history.state_dict(), 'clock': clock, 'files': _files(folder)}
+           'callbacks': t.callbacks_state_dict(), 'history': t.history.state_dict(), 'clock': clock, 'files': _files(folder), 'epoch': t.epoch}
     if attributes: out['attributes'] = {t.name_of(cb): _plain_vars(cb) for cb in t.cbs if not type(cb).__name__.startswith('_')}
     if rng: out['rng'] = {'torch': torch.get_rng_state(), 'python': random.getstate()[1], 'numpy': np.random.get_state()[1]}
     return copy.deepcopy(out if folder is None else _unfold(out, folder))

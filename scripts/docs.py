@@ -8,10 +8,11 @@
 
 Processing is nbdev's (`refresh_quarto_yml` then `proc_nbs`, as `nbdev-proc-nbs` does, minus its attempt to
 install Quarto; in this process rather than in nbdev's spawned workers, with pyproject.toml parsed once): `_proc/`
-gets each notebook with front matter and rendered `show_doc` cells. Three things nbdev gets wrong are then put right
+gets each notebook with front matter and rendered `show_doc` cells. Three things nbdev gets wrong are then put right, and one thing folded,
 in `_proc/`, for either renderer: a link nbdev puts inside a link's text
 (`[[`Plans`](plans.html#plans)](plans.html)`, which shows as text), a class's signature (`def Callback(*args,
-**kwargs)` becomes `class Callback()`), and the order of the `show_doc` cells nbdev adds (last first). Rendering uses
+**kwargs)` becomes `class Callback()`), and the order of the `show_doc` cells nbdev adds (last first); and a cell of
+assertions alone (`test_eq`, `assert`), which a reader skips, is folded under "Checks" (`code-fold`). Rendering uses
 Quarto (`nbdev-docs`) when `quarto` is on PATH; otherwise pandoc stands in: each processed notebook becomes
 Markdown (honouring the cells' `echo`/`output`/`include`/`eval`/`code-fold` options, `text/markdown` and HTML outputs,
 PNGs embedded), kept as `<page>.html.md` (what Quarto's `keep-md` keeps, and what each module's `Docs:` line
@@ -155,7 +156,7 @@ def _toml_read_once():
     try: yield
     finally: config._load_toml = load
 
-FIXES = '3'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
+FIXES = '4'  # the version of `fix_processed`: processed notebooks fixed by another are processed again
 
 def cells_of(path):
     return json.loads(Path(path).read_text())['cells']
@@ -201,7 +202,7 @@ def class_signature(md):
     return _sig.sub(fix, md)
 
 def fix_processed(nb):
-    "Fix the processed notebook `nb` (relative to _proc/): its links, its classes' signatures, and the order of the `show_doc` cells nbdev added"
+    "Fix the processed notebook `nb` (relative to _proc/): its links, its classes' signatures, the order of the `show_doc` cells nbdev added, and its cells of assertions alone folded (`code-fold`, summary \"Checks\")"
     path = PROC/nb
     d = json.loads(path.read_text())
     if d['metadata'].get('aisaac_docs_fixed'): return  # fixed when processed; nbdev writes the file afresh when it changes
@@ -215,6 +216,9 @@ def fix_processed(nb):
         cells[i:j], i = cells[i:j][::-1], max(j, i + 1)
     for c in cells:
         if c['cell_type'] == 'markdown': c['source'] = unnest_links(_text(c['source']))
+        opts, code = directives(_text(c['source'])) if c['cell_type'] == 'code' else ({}, '')
+        if code and not opts and not c.get('outputs') and only_checks(code):  # assertions alone: folded (Quarto's `code-fold`), one click away
+            c['source'] = '#| code-fold: true\n#| code-summary: "Checks"\n' + _text(c['source'])
         for o in c.get('outputs', []):
             if 'text/markdown' in o.get('data', {}):
                 o['data']['text/markdown'] = class_signature(unnest_links(_text(o['data']['text/markdown'])))
@@ -295,6 +299,15 @@ def shown_by(src):
              if isinstance(n, ast.Call) and _call_name(n) != 'show_doc' and (_call_name(n) in _show_calls or _call_name(n).startswith(('show_', 'plot'))))
     n = next(calls, None)
     return src.splitlines()[n.lineno - 1].strip() if n else None
+
+_checks = ('test', 'test_eq', 'test_ne', 'test_fail', 'test_close', 'test_is', 'test_warns', 'test_eq_type', 'test_fig_exists', 'test_shuffled', 'test_stdout')
+
+def only_checks(src):
+    "Whether the code `src` is assertions alone: `assert` statements and fastcore.test calls (`test_eq`, `test_fail`...), nothing that makes or shows"
+    try: tree = ast.parse(src)
+    except SyntaxError: return False
+    is_check = lambda st: isinstance(st, ast.Assert) or (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and _call_name(st.value) in _checks)
+    return bool(tree.body) and all(map(is_check, tree.body))
 
 def should_show(src):
     "Whether the code `src` ends with an expression that displays something"

@@ -336,3 +336,17 @@ def test_no_page_shows_the_doc_and_test_tools_imports():
             code = [l for l in lines if not l.startswith('#')]
             if code and all(noise.match(l) for l in code): shown.append(f"{p.relative_to(ROOT)} cell {i}")
     assert not shown, f"{len(shown)} cells that only import the doc and test tools show on the site: mark them `#| hide`: {shown[:10]}"
+
+def test_a_cell_of_assertions_alone_is_folded_under_checks_and_others_are_not(tmp_path, monkeypatch):
+    "A cell of `test_eq`/`assert` alone, without outputs, is folded (Quarto's `code-fold`, summary Checks); a cell that also makes something, or shows an output, is not"
+    cell = lambda src, outs=(): {'cell_type': 'code', 'source': src, 'outputs': list(outs), 'metadata': {}, 'execution_count': None, 'id': None}
+    out = {'output_type': 'stream', 'name': 'stdout', 'text': '1\n'}
+    nb = {'cells': [cell('test_eq(1, 1)\nassert 2 > 1'), cell('x = 1\ntest_eq(x, 1)'), cell('test_eq(1, 1)\nprint(1)', [out]), cell('#| eval: false\ntest_eq(1, 1)')],
+          'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    (tmp_path/'x.ipynb').write_text(json.dumps(nb))
+    monkeypatch.setattr(docs_site, 'PROC', tmp_path)
+    monkeypatch.setattr(docs_site, 'NBS', tmp_path/'none')
+    docs_site.fix_processed('x.ipynb')
+    md, _ = docs_site.notebook_md('x.ipynb', {'x.ipynb': {}}, '')
+    assert md.count('<summary>Checks</summary>') == 1 and '<details>\n<summary>Checks</summary>\n\n```python\ntest_eq(1, 1)\nassert 2 > 1\n```' in md, md
+    assert '```python\nx = 1\ntest_eq(x, 1)\n```' in md and '```python\ntest_eq(1, 1)\nprint(1)\n```' in md

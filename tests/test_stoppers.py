@@ -209,6 +209,13 @@ def test_a_fit_resumed_at_its_stop_runs_no_before_train(tmp_path):
         p = Passes()
         t = make_trainer([MetricsCB(show=False), ThresholdStopperCB('valid_loss', 100.), p, CheckpointCB(tmp_path/'a', keep_last=None)])
         t.fit(3, lr=0.1, resume_from=tmp_path/'a'/'checkpoint_0001_000000.pt' if resume else None)
-        return p.n, t.stop_reason is not None, len(t.history.get_metric_steps('valid_loss'))
-    assert run(False) == (1, True, 1)
-    assert run(True) == (0, True, 1)
+        return p.n, t.stop_reason is not None, len(t.history.get_metric_steps('valid_loss')), t.epoch
+    assert run(False) == (1, True, 1, 0)
+    assert run(True) == (0, True, 1, 0)  # (`trainer.epoch` the last epoch trained, as straight: it was 1, the resume point; found by a user's trial)
+
+def test_a_fit_resumed_from_its_last_checkpoint_ends_on_the_same_epoch(tmp_path):
+    "A fit(3) resumed from the checkpoint written after its last epoch trains nothing and ends with `trainer.epoch` 2, as the straight fit (it was 3)"
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    t = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, keep_last=None)]); t.fit(3, lr=0.1)
+    r = make_trainer([MetricsCB(show=False), CheckpointCB(tmp_path, keep_last=None)]); r.fit(3, lr=0.1, resume_from=last_checkpoint(tmp_path))
+    assert (t.epoch, r.epoch) == (2, 2) and r.clock.epoch == t.clock.epoch == 3
