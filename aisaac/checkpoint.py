@@ -103,7 +103,7 @@ def _check_fits(trainer, state, strict=True, all_parts=True):
         names = trainer.named_callbacks()
         if strict and (unknown := [k for k, s in state['callbacks'].items() if k not in names and not (isinstance(s, dict) and s.get('optional'))]):
             problems.append(f"it holds the state of {_few(unknown)}, which this trainer lacks (it has {_few(sorted(names), 8)}): "
-                            f"add the same callbacks in the same order, or load with `strict=False`")
+                            f"add the same callbacks in the same order (a resume needs each one's state), or, to go on with other callbacks, not as a resume: `trainer.load_checkpoint(path, strict=False)`, then `fit`")
         if cant := [k for k in state['callbacks'] if k in names and not callable(getattr(names[k], 'load_state_dict', None))]:
             problems.append(f"the callbacks {_few(cant)} have no `load_state_dict`")
         if strict and state['history'] is not None and not callable(getattr(getattr(trainer, 'history', None), 'load_state_dict', None)):

@@ -124,7 +124,11 @@ class Every:
         self.last = int(clock[self.unit] // self.n)
 
     def due(self, clock:Clock): # the trainer's clock
-        "Whether a period ended since the last time it was due (or since `start`)"
+        "Whether a period ended since the last time it was due (or since `start`); an error for a period of tokens in batches that have none"
+        if self.unit == 'tokens' and clock.micro_step and not clock.tokens:
+            raise ValueError(f"{self!r} would never be due: the clock counts no tokens in these batches (it counts a dict batch's `input_ids`; "
+                             f"a tuple batch `(x, y)` has none): count in steps or samples ('500 steps', '2000 samples'), or give the batches "
+                             f"as dicts with `input_ids`")
         period = int(clock[self.unit] // self.n)
         if self.last is None: self.last = period
         if period <= self.last: return False

@@ -362,7 +362,7 @@ def check_invariants(make_trainer=None, # `make_trainer(callbacks)` (and `bs=`, 
                      callbacks=(), # your callbacks (deep-copied for each fit), or a function of a folder giving fresh ones
                      invariants=None, # names from `INVARIANTS`; default all
                      fit:dict=None): # `fit`'s arguments; default `FIT` (2 epochs)
-    "Train your callbacks under each invariant and report, for each, whether it is kept, violated (where, and by how much) or declared broken by one of them"
+    "Train your callbacks under each invariant and report, for each, whether it is kept, violated (where, and by how much: `reference != checked`, the uninterrupted, big-batch, eager or one-process fit's value first) or declared broken by one of them"
     case = Case(make_trainer, callbacks, fit)
     cbs = case.callbacks(Path(tempfile.mkdtemp(prefix='aisaac-inv-')))
     res = InvariantReport()

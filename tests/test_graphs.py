@@ -590,3 +590,9 @@ def test_unfreezing_in_a_graphed_fit_steps_as_the_eager_fit(setup_cb):
     beside the head's, in torch's fused step): now the graphed fit equals the eager one"""
     from aisaac.coverage import check
     assert check(['UnfreezeCB', setup_cb], 'graphs') == []
+
+def test_unfreezecb_says_its_role_in_a_graphed_fit():
+    "UnfreezeCB's per-batch handler reads the clock and flips `requires_grad` (the graphs' key): host work, declared, so CUDAGraphCB names it among no undeclared callbacks (a user's trial saw the advice to declare aisaac's own callback)"
+    from aisaac.callbacks.graphplan import graph_role
+    from aisaac.callbacks.schedule import UnfreezeCB
+    assert graph_role(UnfreezeCB(), 'after_batch')[0] == 'host'

@@ -102,3 +102,22 @@ def test_a_resumed_fit_keeps_every_items_loss_as_the_straight_fit_does():
     only those after (n 64 against the straight fit's 128 at the end of epoch 0, its top_idxs 119 off)"""
     from aisaac.coverage import check
     assert check(['ItemLossesCB'], 'resume') == []
+
+def test_a_language_models_top_losses_are_a_table_and_a_nan_loss_ranks_last():
+    """Found by a user's trial: on a GPT's dict batches `plot_top_losses` raised `KeyError: 0` (the kept inputs are a dict, read as an image
+    batch), and an item whose labels are all -100 (loss NaN) ranked first in `top_losses`: now a table, and NaN last"""
+    from aisaac.data import DataLoaders
+    from aisaac.models import lm_loss
+    from aisaac.setups import tiny_gpt
+    from aisaac.trainer import Trainer
+    from aisaac.callbacks.train import BasicTrainCB
+    from aisaac.callbacks.interpret import Interpretation
+    g = torch.Generator().manual_seed(0)
+    batch = lambda: {'input_ids': torch.randint(0, 16, (3, 6), generator=g), 'labels': torch.randint(0, 16, (3, 6), generator=g)}
+    valid = [batch(), batch()]
+    valid[1]['labels'][0] = -100  # item 3: nothing to score
+    t = Trainer(DataLoaders(valid, valid), lm_loss, model=tiny_gpt(), callbacks=[BasicTrainCB()])
+    it = Interpretation.from_trainer(t)
+    assert torch.isnan(it.losses[3]) and 3 not in it.top_losses(5).indices.tolist() and it.top_losses().indices[-1] == 3
+    table = it.plot_top_losses(3)
+    assert 'item' in repr(table) and len(repr(table).splitlines()) == 4

@@ -49,7 +49,7 @@ def _metrics(cb):
 known_roles = {  # aisaac's callbacks that handle events of every batch, by class name (a subclass gets its parent's)
     'BasicTrainCB': 'capture', 'GradClipCB': 'capture', 'MixedPrecisionCB': _amp, 'GradAccumCB': _tokens, 'MetricsCB': _metrics,
     **dict.fromkeys(('DeviceCB', 'ProgressCB', 'BatchTransformCB', 'OneBatchCB', 'BaseSchedulerCB', 'LRMonitorCB', 'MemoryMonitorCB',
-                     'RuntimeEstimatorCB', 'LSUVInitCB', 'CheckpointCB', 'SaveBestModelCB', 'PreemptionCB', '_MetricStopper', 'SampleCB'), 'host'),
+                     'RuntimeEstimatorCB', 'LSUVInitCB', 'CheckpointCB', 'SaveBestModelCB', 'PreemptionCB', '_MetricStopper', 'SampleCB', 'UnfreezeCB'), 'host'),
     'CapturePredsCB': 'keep', 'ImageVisualizerCB': 'keep',
     'SpeedMonitorCB': lambda cb: ('sync', "waits for the GPU after every batch (`sync=True`)") if cb.sync else 'host',
     'TerminateOnNaNCB': ('sync', _reads_loss), 'LRFinderCB': ('sync', _reads_loss),

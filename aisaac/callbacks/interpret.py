@@ -8,7 +8,7 @@ Docs: https://aisaac-dev.github.io/aisaac/callbacks/interpret.html.md"""
 __all__ = ['item_losses', 'ItemLossesCB', 'Interpretation']
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #db23ea1f
-import copy
+import copy, math
 from functools import partial
 from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 import torch
@@ -63,7 +63,7 @@ class ItemLossesCB(Callback):
         self._segs[-1][1] += len(losses)
         if not (self.keep and (isinstance(x, torch.Tensor) or (isinstance(x, dict) and x))): return  # (other inputs: only the losses)
         new = (losses, idxs, x) if self._top is None else tuple(_cat(o) for o in zip(self._top, (losses, idxs, x)))
-        best = new[0].topk(min(self.keep, len(new[0]))).indices
+        best = _ranked(new[0]).topk(min(self.keep, len(new[0]))).indices
         self._top = tuple(_rows(o, best) for o in new)
 
     def before_save_checkpoint(self, trainer):
@@ -80,7 +80,7 @@ class ItemLossesCB(Callback):
         tops = [tuple(_rows(o, t[1] >= 0) for o in t) for t in tops]  # (not a padding item a `DistributedSampler` repeated)
         if not tops or not sum(len(t[0]) for t in tops): return losses, shares, None
         ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
-        best = ls.topk(min(self.keep, len(ls))).indices
+        best = _ranked(ls).topk(min(self.keep, len(ls))).indices
         return losses, shares, (ls[best], idxs[best], _rows(xs, best))
 
     def cleanup_save_checkpoint(self, trainer):
@@ -122,6 +122,7 @@ class ItemLossesCB(Callback):
 class _Losses(CallbackSummary): headers, empty = ('item', 'predicted', 'actual', 'loss', 'probability'), 'no item'
 
 def _short(t): return str([round(v, 4) for v in t.flatten().tolist()][:4]).strip('[]')  # a regression's output or target, in short
+def _ranked(losses, largest=True): return losses.nan_to_num(nan=-math.inf if largest else math.inf)  # a NaN (no item left to score) ranks last
 def _is_image(x): return x.ndim == 2 or (x.ndim == 3 and x.shape[0] in (1, 3, 4))  # H×W, or C×H×W with 1, 3 or 4 channels
 
 class Interpretation:
@@ -161,8 +162,9 @@ class Interpretation:
 
     def top_losses(self, k:int=None, # how many; default all
                    largest:bool=True): # the largest losses (or the smallest)
-        "The `k` largest losses and their items' indices, largest first, as `(losses, idxs)`"
-        return self.losses.topk(len(self.losses) if k is None else min(k, len(self.losses)), largest=largest)
+        "The `k` largest losses and their items' indices, largest first, as `(losses, idxs)` (a NaN loss, an item with no target left, ranks last)"
+        idxs = _ranked(self.losses, largest).topk(len(self.losses) if k is None else min(k, len(self.losses)), largest=largest).indices
+        return torch.return_types.topk((self.losses[idxs], idxs))
 
     def confusion_matrix(self):
         "How many items of each actual class (rows) were predicted as each class (columns)"
@@ -201,7 +203,7 @@ def plot_confusion_matrix(self:Interpretation, normalize:bool=False, # each row'
 def plot_top_losses(self:Interpretation, k:int=9, # how many items
                     **kwargs): # passed to `show_images`, e.g. `ncols`, `imsize`, `cmap`
     "The `k` items of largest loss: their images titled 'predicted/actual' and 'loss / probability' (a figure), or a table when they are not images"
-    images = self.top_inputs is not None and _is_image(self.top_inputs[0])
+    images = isinstance(self.top_inputs, torch.Tensor) and _is_image(self.top_inputs[0])  # (a dict of inputs, text's: a table)
     idxs = self.top_idxs[:k] if images else self.top_losses(k)[1]  # (the items kept: the largest losses, ties as the pass chose)
     rows = [(i, *self._describe(i), self.losses[i].item()) for i in idxs.tolist()]
     if not images: return _Losses((i, p, a, f'{l:.4f}', pr) for i, p, a, pr, l in rows)

@@ -107,7 +107,7 @@ def join_passes(trainer, # the trainer of the fit (a distributed one's process g
     return joined, [torch.where(keep[p], new[p], -1) for p in places], [e[3] for e in every]
 
 class CapturePredsCB(Callback):
-    "Keep the predictions, targets and (if `inps`) inputs of every batch, joined on the CPU when the fit ends (however it ends), over every process in a distributed fit; batches of sequences of other lengths padded to the longest with -100 (as Hugging Face's Trainer pads)"
+    "Keep the predictions, targets and (if `inps`) inputs of every batch, joined on the CPU when the fit ends (however it ends), over every process in a distributed fit; batches of sequences of other lengths padded to the longest with -100 (as Hugging Face's Trainer pads; the inputs too, `attention_mask` included)"
     def __init__(self, inps:bool=False): # also keep the inputs
         self.inps = inps
 
