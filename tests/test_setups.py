@@ -64,3 +64,9 @@ def test_what_the_first_runs_in_the_setups_found():
     setup names its body and head)"""
     assert check(['CheckpointCB', 'ChunkedLossCB'], 'graphs') == []
     assert check(['UnfreezeCB', 'RewardCB'], 'resume') == []
+
+def test_token_weighted_accumulation_keeps_one_scale_on_any_number_of_processes():
+    """Found by the seeded sample (seed 3549376603): PreferenceCB + GradAccumCB + CheckpointCB under processes: GradAccumCB's token-weight
+    scale was n_batches x the first batch's target positions, halved on 2 processes (each holds half the rows): 224 in one process's
+    checkpoints against 112. It is now the first global batch's items (every process's, summed), the same on any number of processes"""
+    assert check(['PreferenceCB', 'GradAccumCB', 'CheckpointCB'], 'processes') == []

@@ -64,17 +64,15 @@ class GradAccumCB(Callback):
         micro = next((cb for cb in trainer.cbs if isinstance(cb, MicroBatchCB) and cb._full is not None), None)  # splitting this batch
         items = micro._full_items if micro is not None else _loss_items(trainer)
         if not isinstance(items, torch.Tensor): return 1 / self.n_batches  # samples (or no `BasicTrainCB`): batches of a size count alike
-        if self.scale is None:
-            batch = trainer.batch if micro is None else micro._full
-            self.scale = self._agree(self.n_batches * _trainer_cb(trainer).targets(batch)[0].numel())
+        if self.scale is None: self.scale = self._agree(self.n_batches * float(items))  # (once a fit: a host sync)
         factor = items / self.scale  # this process's tokens; the window's total (every process's) divides the sum at the step
         if _world_size() > 1: dist.all_reduce(items := items.clone())  # (on the batch's device, as DDP's and FSDP's: no wait for the host)
         self.tokens = items if self.tokens is None else self.tokens.to(items.device) + items
         return factor
 
     def _agree(self, scale):
-        "The scale of the token weights, the same on every process (the largest): DDP averages the weighted gradients"
-        return _across('max', scale)[0]
+        "The scale of the token weights, the same on every process: the first window's items as its first global batch has them (every process's), so that it is the same on any number of processes and however the shares are padded; DDP averages the weighted gradients"
+        return max(_across('sum', scale)[0], 1.)
 
     def before_step(self, trainer):
         "Skip the step and the zeroing of the gradients, except on every `n_batches`-th batch; then divide token-weighted gradients by the window's tokens"
