@@ -175,14 +175,15 @@ nbtest: venv ## run every notebook in nbs/ with nbdev-test (slow cells skipped);
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) scripts/nbtest.py --n-workers $(N_WORKERS) --timing $(if $(NBTEST_SKIP),--skip-file-re '$(NBTEST_SKIP)') $(NBTEST_ARGS)
 
 # Two passes: every test but those marked `serial`, on PYTEST_WORKERS processes; then the `serial` ones, one at a time.
-# Exit code 5 (nothing selected) is an error only when neither pass ran a test.
+# Exit code 5 (nothing selected) is an error only when neither pass ran a test. `PYTEST_MARK='not slow'` (`make test-fast`) has no
+# second pass: tests/conftest.py marks every serial test slow (collecting the suite again to select none took 9 s).
 pytest: venv ## run the pytest suite in tests/ on both cores, then the 2-process tests (PYTEST_ARGS: more options, e.g. '-x'; PYTEST_MARK: e.g. 'not slow')
 	@mark='$(PYTEST_MARK)'; and=$${mark:+ and ($$mark)}; \
 	xdist=$$([ "$(PYTEST_WORKERS)" -gt 1 ] && echo "-n $(PYTEST_WORKERS) --dist loadfile"); \
 	echo ">>> pytest: the tests not marked serial$${xdist:+, on $(PYTEST_WORKERS) processes}"; \
 	rc1=0; $(BIN)/pytest -q $$xdist -m "not serial$$and" $(PYTEST_ARGS) tests || rc1=$$?; \
 	echo ">>> pytest: the tests marked serial (2 processes each), one at a time"; \
-	rc2=0; $(BIN)/pytest -q -m "serial$$and" $(PYTEST_ARGS) tests || rc2=$$?; \
+	rc2=5; if [ "$$mark" != 'not slow' ]; then rc2=0; $(BIN)/pytest -q -m "serial$$and" $(PYTEST_ARGS) tests || rc2=$$?; else echo "(none: every serial test is slow, tests/conftest.py)"; fi; \
 	if [ $$rc1 = 5 ] && [ $$rc2 = 5 ]; then echo "!!! pytest collected no tests in tests/"; exit 5; fi; \
 	for rc in $$rc1 $$rc2; do if [ $$rc != 0 ] && [ $$rc != 5 ]; then exit $$rc; fi; done
 

@@ -20,6 +20,7 @@ _STARTS = re.compile(r'\b(?:subprocess|Popen|launch|run_script|run_nbs\.run|reru
 
 # Tests that run 2 processes at once (torchrun, a 2-process chaos trial) need both cores: marked `serial`, they run one at a time
 # after the others, which `make pytest` runs on both cores with pytest-xdist (`-n 2`). `@pytest.mark.serial` marks others by hand.
+# Every serial test is also `slow`, so `make test-fast` has no serial pass to run.
 _TWO = re.compile(r"torch\.distributed\.run|torchrun_cases|nproc_per_node|'--procs', '2'")
 
 @functools.lru_cache(maxsize=None)
@@ -58,6 +59,7 @@ def pytest_collection_modifyitems(config, items):
         fns = [getattr(f, '__wrapped__', f) for f in [item.function, *fixtures]]
         if any(_starts(f, item.module, _STARTS) for f in fns): item.add_marker(pytest.mark.slow)
         if any(_starts(f, item.module, _TWO) for f in fns): item.add_marker(pytest.mark.serial)
+        if 'serial' in item.keywords and 'slow' not in item.keywords: item.add_marker(pytest.mark.slow)  # (a test that needs both cores is no quick one: `make test-fast` runs no serial pass)
     if torch.cuda.is_available(): return
     skip = pytest.mark.skip(reason=_NO_GPU)
     for item in items:
