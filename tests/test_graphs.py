@@ -596,3 +596,10 @@ def test_unfreezecb_says_its_role_in_a_graphed_fit():
     from aisaac.callbacks.graphplan import graph_role
     from aisaac.callbacks.schedule import UnfreezeCB
     assert graph_role(UnfreezeCB(), 'after_batch')[0] == 'host'
+
+def test_a_graphed_fit_that_falls_back_keeps_filling_the_fused_momentum():
+    """Found by the seeded sample (seed 3471627156): PreferenceCB + OneCycleSchedulerCB + UnfreezeCB under graphs. OneCycle moves the momentum,
+    so CUDAGraphCB falls back to eager at epoch 1 and removes its hooks, but SGD keeps its fused step: the unfrozen body's first step raised
+    torch's TypeError. The `fill_momentum` hook is now the optimizer's own, from `make_capturable`"""
+    from aisaac.coverage import check
+    assert check(['PreferenceCB', 'OneCycleSchedulerCB', 'UnfreezeCB'], 'graphs') == []

@@ -103,12 +103,14 @@ def graph_problems(trainer): # a trainer whose fit is starting
 
 def make_capturable(opt, # the fit's optimizer
                     cuda:bool): # its parameters are on a GPU
-    "Give `opt` a step that reads its learning rate from a tensor without a host sync: `capturable` (Adam, AdamW...) on a GPU, else `fused` (SGD)"
+    "Give `opt` a step that reads its learning rate from a tensor without a host sync: `capturable` (Adam, AdamW...) on a GPU, else `fused` (SGD, with `fill_momentum` before each of its steps)"
     for g in opt.param_groups:
         if 'capturable' in g:
             if cuda: g['capturable'] = True
             else: g['foreach'] = False  # (on a CPU, a step takes a tensor learning rate without `foreach`)
         else: g['fused'], g['foreach'] = True, False
+    if any(g.get('fused') and g.get('momentum') for g in opt.param_groups) and not getattr(opt, '_fills_momentum', False):  # (kept by the optimizer: its steps after a fall-back are fused too)
+        opt.register_step_pre_hook(lambda o, args, kwargs: fill_momentum(o)); opt._fills_momentum = True
     if cuda: opt._warned_capturable_if_run_uncaptured = True  # (torch's warning that a capturable step runs uncaptured: the warm-up batches do, on purpose)
     for p, s in opt.state.items():  # a capturable step keeps its step count on the device (a checkpoint may have put it on the CPU)
         if cuda and isinstance(s.get('step'), torch.Tensor) and s['step'].device != p.device: s['step'] = s['step'].to(p.device, torch.float32)

@@ -13,7 +13,7 @@ import torch
 from fastcore.basics import patch
 from ..core.callback import Callback, CancelBatchException
 from ..core.dispatch import handler
-from .graphplan import _predict, _backward, _step, graph_plan, graph_problems, make_capturable, fill_momentum, CUDAGraphs
+from .graphplan import _predict, _backward, _step, graph_plan, graph_problems, make_capturable, CUDAGraphs
 
 # %% ../../nbs/callbacks/77_graphs.ipynb #7939b1c7
 class _Graph:
@@ -149,7 +149,7 @@ def _fill(self:CUDAGraphCB):
 def _swap_in(self:CUDAGraphCB, opt, args, kwargs):
     "Before a step: the groups hold the tensors (filled from the floats, unless capturing or replaying, where the replay fills them)"
     if not self._graphing:  # an eager step: the rates from the floats; which parameters have gradients (those a graph gives one)
-        self._fill(); fill_momentum(opt)  # (fused SGD: buffers for parameters that got their first gradient beside others' second)
+        self._fill()  # (`make_capturable` gave a fused SGD its `fill_momentum` hook)
         self._used = {id(p) for g in opt.param_groups for p in g['params'] if p.grad is not None}
     self._floats = [g['lr'] for g in opt.param_groups]
     for g, t in zip(opt.param_groups, self._lrs): g['lr'] = t
