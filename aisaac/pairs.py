@@ -168,6 +168,8 @@ def concat_pairs(batch:dict): # a batch of pairs, as `PairBatch` gives it: (B, 2
     "The batch as the model takes it: (2B, ...) tensors, the B chosen rows, then the B rejected rows"
     return {k: v.transpose(0, 1).flatten(0, 1) if isinstance(v, torch.Tensor) and v.ndim >= 2 and v.shape[1] == 2 else v for k, v in batch.items()}
 
+def _model_inputs(flat): return {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}  # what a model gets of the rows
+
 # %% ../nbs/36_pairs.ipynb #1e25b9a4
 def pair_documents(labels:torch.Tensor, # (rows, T) labels, each aligned with the values to be summed
                    position_ids:torch.Tensor=None): # (rows, T) positions restarting at 0 at each packed document; `None`: a row is one document

@@ -16,7 +16,7 @@ from torch import nn
 from torcheval.metrics import Metric
 from ..chunked import chunked_logprobs
 from ..models import lm_loss
-from ..pairs import concat_pairs, count_pairs, pair_documents, pair_sums, PairBatch
+from ..pairs import concat_pairs, count_pairs, pair_documents, pair_sums, PairBatch, _model_inputs
 from ..persist import CheckpointError, unwrap_model
 from ..data import DataLoaders, TensorLoader
 from .train import BasicTrainCB, shifts_labels, _layout, _logits
@@ -62,7 +62,7 @@ def pair_logps(model:nn.Module, # a causal language model (wrapped or not) with 
                chunk:int=512): # positions of logits made at a time (`chunked_logprobs`)
     "The model's log-probabilities of each pair's replies: `(chosen, rejected, len_chosen, len_rejected)`, each (P,), from one forward pass of the 2B rows; the logits are never whole"
     flat = concat_pairs(batch)
-    inputs = {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+    inputs = _model_inputs(flat)
     with hidden_states(model) as head: h = _logits(model(**inputs))
     y, doc = flat['labels'], pair_documents(flat['labels'], flat.get('position_ids'))
     if shift: h, y, doc = h[:, :-1], y[:, 1:], doc[:, 1:]
@@ -86,7 +86,7 @@ def fingerprint(module:nn.Module): # a model
 def _token_logps(model, batch, shift, chunk):
     "The model's log-probability of each label of the batch, (B, 2, T), where the label is (0 where there is none)"
     flat = concat_pairs(batch)
-    inputs = {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+    inputs = _model_inputs(flat)
     with hidden_states(model) as head: h = _logits(model(**inputs))
     y = flat['labels']
     lp = F.pad(chunked_logprobs(h[:, :-1], head, y[:, 1:], chunk), (1, 0)) if shift else chunked_logprobs(h, head, y, chunk)
@@ -221,8 +221,7 @@ class PreferenceCB(BasicTrainCB):
 
     def model_inputs(self, batch:dict): # a batch of pairs
         "What the policy is called with on `batch`: its pairs' rows, chosen then rejected (2B rows, as `pair_logps` runs it; `summarize_model` runs the model so)"
-        flat = concat_pairs(batch)
-        return {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+        return _model_inputs(concat_pairs(batch))
 
     def predict(self, trainer):
         "The policy's log-probabilities of each pair's replies (one forward pass of the chosen and the rejected rows), the reference's, and the loss of each pair; `trainer.preds` are the pairs' rewards and log-probabilities (`columns`)"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..models import lm_loss
-from ..pairs import concat_pairs, count_pairs, pair_documents, pair_sums
+from ..pairs import concat_pairs, count_pairs, pair_documents, pair_sums, _model_inputs
 from ..persist import unwrap_model
 from .train import BasicTrainCB, _layout, _logits
 from .chunked import hidden_states, output_layer
@@ -62,8 +62,7 @@ class RewardCB(BasicTrainCB):
 
     def model_inputs(self, batch:dict): # a batch of pairs
         "What the model is called with on `batch`: its pairs' rows, chosen then rejected (2B rows; `summarize_model` runs the model so)"
-        flat = concat_pairs(batch)
-        return {k: flat[k] for k in ('input_ids', 'attention_mask', 'position_ids') if k in flat}
+        return _model_inputs(concat_pairs(batch))
 
     def predict(self, trainer):
         "Each pair's two scores, at its replies' last trained positions; `trainer.preds` are their rows (`columns`)"
