@@ -19,7 +19,7 @@ from .core.callback import Callback, CancelFitException
 from .utils import set_seed
 from .data import DataLoaders, TensorLoader
 from .trainer import Trainer
-from .callbacks.train import BasicTrainCB, batch_targets, shifts_labels
+from .callbacks.train import BasicTrainCB, batch_targets, count_items, shifts_labels
 from .callbacks.gradients import GradAccumCB
 from .callbacks.graphs import CUDAGraphCB
 from .callbacks.graphplan import EagerGraphs
@@ -110,7 +110,7 @@ class _Seen(Callback):
         preds, loss = getattr(trainer, 'preds', None), getattr(trainer, 'loss', None)
         ys = tuple(y.clone() if isinstance(y, torch.Tensor) else y for y in batch_targets(trainer))  # (a dict batch's too: its `labels`)
         y = ys[0] if ys and isinstance(ys[0], torch.Tensor) else None  # the items a mean loss averages: the step's, else tokens not -100, or samples
-        n = None if y is None else int(self._step.loss_items(trainer)) if self._step is not None else int(((y[..., 1:] if self._shifted else y) != -100).sum()) if y.ndim > 1 and not y.is_floating_point() else len(y)
+        n = None if y is None else int(self._step.loss_items(trainer) if self._step is not None else count_items(y, self._shifted))
         self.seen.append({'training': trainer.training, 'epoch': trainer.epoch, 'applied': self._applied, 'at': self._at, 'void': False,
                           'preds': preds.detach().clone() if isinstance(preds, torch.Tensor) else None, 'targets': ys if y is not None else None,
                           'loss': None if loss is None else float(loss), 'n': n})

@@ -40,9 +40,7 @@ def _cat(parts):
     if not parts: return None
     if isinstance(parts[0], collections.abc.Mapping): return {k: _cat([p[k] for p in parts]) for k in parts[0]}
     if len({p.shape[1:] for p in parts}) < 2 or len({p.ndim for p in parts}) > 1: return torch.cat(parts)
-    out, i = _joined(parts), 0
-    for p in parts: out[(slice(i, i + len(p)), *map(slice, p.shape[1:]))] = p; i += len(p)
-    return out
+    return _place(parts, *item_places(None, [len(p) for p in parts]))  # (one after the other, padded)
 
 def _count(o): return 0 if o is None else len(next(iter(o.values()))) if isinstance(o, collections.abc.Mapping) else len(o)
 def _rows(o, idx): return {k: v[idx] for k, v in o.items()} if isinstance(o, collections.abc.Mapping) else o[idx]  # (a dict's rows, key by key)
