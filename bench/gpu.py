@@ -79,6 +79,7 @@ def parser():
     p.add_argument('--stand-in', action='store_true', help='graphs section on a CPU: EagerGraphs stands in for CUDA graphs (a check that it runs)')
     p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
     p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
+    p.add_argument('--rows', nargs='+', default=None, help="table 4b's rows whose names hold one of these words (default all; 'graphed': the GPU page's recipe alone, on a CPU about 50 minutes at one thread)")
     p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
     return p
 
@@ -106,7 +107,8 @@ from aisaac.callbacks.metrics import MetricsCB
 from aisaac.callbacks.schedule import OneCycleSchedulerCB
 from aisaac.callbacks.precision import MixedPrecisionCB
 from aisaac.callbacks.compilation import CompileCB
-from aisaac.callbacks.augment import BatchAugmentationCB, RandomCrop, RandomHorizontalFlip
+from aisaac.callbacks.augment import BatchAugmentationCB, RandomCrop, RandomHorizontalFlip, hflip
+from aisaac.callbacks import preds as _preds  # noqa: F401  (Trainer.capture_preds, test-time augmentation)
 from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
 from aisaac.callbacks.gradients import GradClipCB
 from aisaac.callbacks.graphs import CUDAGraphCB
@@ -459,17 +461,22 @@ def graphs_mlp(dev, repeats, bs=64):
         say(f"- inside the graph: aisaac's replay {ga:.1f} us on the GPU, the hand graph's {gh:.1f} us ({ga / gh:.2f}x); aisaac's batch {host:.1f} us "
             f"on the host clock: {'the time is in the graph' if host <= 1.1 * ga else f'{host - ga:.1f} us a batch are on the host (Python around the replay)'}")
 
-def vision_row(name, acc, secs, note=''):
-    say(f"| {name:<38} | {acc:8.4f} | {secs:7.2f} | {note} |")
+VISION_EPOCHS, SMOOTHING = 6, 0.1  # the GPU recipe (issue 48): 5 epochs without label smoothing gave 0.9234 on the CPU (0.9248 smoothed, 0.9285 with TTA)
 
-def graphs_vision(dev, dsd):
-    "4b: the vision tutorial's recipe, 5 epochs from the same seed: as the tutorial runs it, then bfloat16 with the data on the GPU, eager and "
-    "graphed; each row printed once its fit ends, a graphed fit that fell back to eager a row that says why"
-    say(f"\n## 4b. the vision tutorial's recipe on the {dev.type}, 5 epochs from the same seed (ResNet, AdamW, one cycle, crop and flip, batch {BS}; "
-        f"on the GPU's data: the learning rate's cycle only)\n")
-    say("| variant                                | accuracy | seconds | the fit |\n|----------------------------------------|----------|---------|---------|")
-    rows = {}
+def vision_row(name, acc, tta, secs, note=''):
+    say(f"| {name:<38} | {acc:8.4f} | {tta:8.4f} | {secs:7.2f} | {note} |")
+
+def graphs_vision(dev, dsd, rows=None):
+    "4b: the vision tutorial's recipe, 6 epochs from the same seed, label smoothing 0.1, accuracy with and without flipped test-time "
+    "augmentation: as the tutorial runs it, then bfloat16 with the data on the GPU, eager and graphed; each row printed once its fit ends, a "
+    "graphed fit that fell back to eager a row that says why; the seconds are the fit's and the TTA pass's"
+    say(f"\n## 4b. the vision tutorial's recipe on the {dev.type}, {VISION_EPOCHS} epochs from the same seed (ResNet, AdamW, one cycle, crop and flip, "
+        f"label smoothing {SMOOTHING}, batch {BS}; on the GPU's data: the learning rate's cycle only; TTA: the mean of each image's and its mirror's "
+        f"predictions)\n")
+    say("| variant                                | accuracy | with TTA | seconds | the fit |\n|----------------------------------------|----------|----------|---------|---------|")
+    picked, rows = rows, {}
     for name in ('eager, tutorial (CPU loader, float16)', 'eager, DeviceLoader, bfloat16', 'graphed, DeviceLoader, bfloat16'):
+        if picked and not any(r in name for r in picked): continue
         on_gpu, graphed = 'DeviceLoader' in name, name.startswith('graphed')
         dls = (device_dataloaders(dsd, BS, tfms=[FlipLR(), Translate(1, mode='replicate')], seed=0, device=dev) if on_gpu
                else DataLoaders.from_dataset_dict(dsd, BS, fast=True))
@@ -479,13 +486,16 @@ def graphs_vision(dev, dsd):
         cbs = [DeviceCB(dev), BasicTrainCB(), MetricsCB(Accuracy=MulticlassAccuracy(), show=False), sched,
                MixedPrecisionCB(torch.bfloat16 if on_gpu else None)] + ([] if on_gpu else [BatchAugmentationCB(augment(), on_valid=False)])
         replays = ReplayTimer()
-        t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.AdamW, model, callbacks=cbs + ([replays, CUDAGraphCB(backend=BACKEND)] if graphed else []))
+        t = Trainer(dls, nn.CrossEntropyLoss(label_smoothing=SMOOTHING), torch.optim.AdamW, model,
+                    callbacks=cbs + ([replays, CUDAGraphCB(backend=BACKEND)] if graphed else []))
         sync(dev); t0 = time.perf_counter()
-        t.fit(5, lr=LR)
-        sync(dev); rows[name] = (t.MetricsCB.metrics_epoch[-1]['Accuracy'], time.perf_counter() - t0)
+        t.fit(VISION_EPOCHS, lr=LR)
+        preds, targs = t.capture_preds(tta=hflip)
+        sync(dev); rows[name] = (t.MetricsCB.metrics_epoch[-1]['Accuracy'], (preds.argmax(1) == targs).float().mean().item(), time.perf_counter() - t0)
         vision_row(name, *rows[name], (outcome(t.CUDAGraphCB) + (f"; one replay {replays.us:.0f} us on the GPU" if replays.us else '')) if graphed else '')
-    acc, secs = rows['graphed, DeviceLoader, bfloat16']
-    say(f"\n- target: accuracy >= 0.93 in <= 3 s: {acc:.4f} in {secs:.2f} s -> {'MET' if acc >= 0.93 and secs <= 3 else 'MISSED'}")
+    if 'graphed, DeviceLoader, bfloat16' not in rows: return
+    _, acc, secs = rows['graphed, DeviceLoader, bfloat16']
+    say(f"\n- target: accuracy >= 0.93 in <= 3 s (with TTA, its pass counted): {acc:.4f} in {secs:.2f} s -> {'MET' if acc >= 0.93 and secs <= 3 else 'MISSED'}")
 
 def graphs_lm(dev, repeats, n):
     "4c: the language-model recipe (bench/lm.py's): tokens/s of the raw loop, aisaac eager and aisaac graphed; each measurement printed as it "
@@ -527,12 +537,12 @@ def graphs_lm(dev, repeats, n):
     say(f"\n- the losses, graphed against eager from the same seed: at most {diff:.2%} apart over {n} batches (target: 1 %, bfloat16)")
     say(f"- target: >= 2x eager aisaac's tokens/s, the same losses: {speedup:.2f}x, {diff:.2%} -> {'MET' if speedup >= 2 and diff <= 0.01 else 'MISSED'}")
 
-def section_graphs(dev, repeats, quick, stand_in, tables=GRAPH_TABLES):
+def section_graphs(dev, repeats, quick, stand_in, tables=GRAPH_TABLES, rows=None):
     "The tables of `tables` (bench/gpu_run.sh runs each in a process of its own: a CUDA error that sticks to a process ends only its table)"
     global BACKEND
     if dev.type != 'cuda' and not stand_in: return gpu_only(tables)
     if stand_in: BACKEND = EagerGraphs(); say("\n# --stand-in: EagerGraphs replays by running the step again, the hand-written graph is the raw loop: NOT figures")
-    def vision(): dsd = load_fashion_mnist(); graphs_vision(dev, (sample_dataset_dict(dsd, 4000, 500) if quick else dsd).with_transform(tfm))
+    def vision(): dsd = load_fashion_mnist(); graphs_vision(dev, (sample_dataset_dict(dsd, 4000, 500) if quick else dsd).with_transform(tfm), rows)
     run = {'4a': lambda: graphs_mlp(dev, 3 if quick else 11), '4b': vision, '4c': lambda: graphs_lm(dev, 2 if quick else 3, 20 if quick else 200)}
     for name in tables:
         try: run[name]()
@@ -564,7 +574,7 @@ def main():
         compile_too = (dev.type == 'cuda' and not args.no_compile) or args.compile
         if 'recipe' in args.sections: section_recipe(dev, dsd, reps, n, compile_too, n_warm)
         if 'data' in args.sections: section_data(dev, dsd, reps, n, workers, n_warm)
-    if 'graphs' in args.sections: section_graphs(dev, reps, args.quick, args.stand_in, args.tables)
+    if 'graphs' in args.sections: section_graphs(dev, reps, args.quick, args.stand_in, args.tables, args.rows)
     print(f"\n# total {time.perf_counter() - t0:.0f} s")
 
 if __name__ == '__main__':
