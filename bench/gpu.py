@@ -79,7 +79,7 @@ def parser():
     p.add_argument('--stand-in', action='store_true', help='graphs section on a CPU: EagerGraphs stands in for CUDA graphs (a check that it runs)')
     p.add_argument('--compile', action='store_true', help='also time torch.compile on the CPU (on a GPU it is timed always)')
     p.add_argument('--no-compile', action='store_true', help='leave torch.compile out on a GPU')
-    p.add_argument('--rows', nargs='+', default=None, help="table 4b's rows whose names hold one of these words (default all; 'graphed': the GPU page's recipe alone, on a CPU about 50 minutes at one thread)")
+    p.add_argument('--rows', nargs='+', default=None, help="table 4b's rows whose names hold one of these words (default all; 'graphed': the GPU page's recipe alone, on a CPU about 3 minutes at one thread)")
     p.add_argument('--threads', type=int, default=None, help="torch.set_num_threads (default: torch's on a GPU, 1 on a CPU, less noise on a shared machine)")
     return p
 
