@@ -158,3 +158,31 @@ def test_training_goes_on_when_the_pipe_reader_is_gone(tmp_path):
     p.stdout.close()
     _, err = p.communicate(timeout=300)
     assert open(done).read() == '3 ok', err.decode()[-2000:]
+
+class _LineAtTheEnd(Callback):
+    "Writes a line through the display after the last epoch, as `SampleCB`'s sample at the end of a fit of steps does"
+    def after_fit(self, t): t.log_text('sample', 'the end', step=t.clock.step if getattr(t, 'clock', None) else None)
+
+@pytest.mark.parametrize('fit', ['epochs', 'steps'])
+def test_a_line_written_after_the_last_epoch_leaves_no_bar_in_the_notebook(monkeypatch, fit):
+    "In a notebook, what stays in the cell is the table and the lines, not the bars, though a line came after the bars' end (a sample at the end of a fit)"
+    pytest.importorskip('IPython')
+    import IPython.display
+    from fastcore.xml import to_xml
+    import fastprogress.fastprogress as fp
+    handles = []
+    class Handle:
+        def __init__(self, obj): self.last = obj
+        def update(self, obj): self.last = obj
+    def display(obj, display_id=None):
+        handles.append(Handle(obj)); return handles[-1]
+    monkeypatch.setattr(progress, 'IN_NOTEBOOK', True)
+    monkeypatch.setattr(progress, 'master_bar', fp.NBMasterBar)
+    monkeypatch.setattr(progress, 'progress_bar', fp.NBProgressBar)
+    monkeypatch.setattr(IPython.display, 'display', display)
+    t = trainer(ProgressCB(bars=True), _LineAtTheEnd(), n_batches=6)
+    t.fit(*((2,) if fit == 'epochs' else ()), **({} if fit == 'epochs' else {'steps': 10, 'valid_every': 4}), lr=0.01)
+    shown = [h.last.data if isinstance(h.last, IPython.display.HTML) else to_xml(h.last) for h in handles]
+    html = next(h for h in shown if '<table' in h)  # the master bar's cell: bars, the table, the lines
+    assert '<table' in html and 'sample' in html and 'the end' in html, html
+    assert '<progress' not in html, html  # (before the fix: both bars redrawn by the line's write, and left there)

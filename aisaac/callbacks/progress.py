@@ -99,7 +99,7 @@ class ProgressCB(Callback):
     def cleanup_fit(self, trainer):
         "Draw the last points; a fit stopped early shows on its bar the epochs it completed (those whose rows are in the table), then its bars are closed: the table stays"
         if self.bars and trainer.outcome != 'ok' and getattr(trainer, 'steps', None) is None and self.rows: self.mbar.update(self.rows)
-        if getattr(self, 'bars', False) and self.mbar.main_bar.last_v is not None: self.mbar.on_iter_end()  # (else left on the page)
+        if getattr(self, 'bars', False) and self._mbar is not None: self.mbar.on_iter_end()  # (else left on the page: a fit stopped early, or a line written after the last epoch, a sample at the end)
         if self.plot: self._redraw()
 
     @property
