@@ -160,12 +160,14 @@ def test_training_goes_on_when_the_pipe_reader_is_gone(tmp_path):
     assert open(done).read() == '3 ok', err.decode()[-2000:]
 
 class _LineAtTheEnd(Callback):
-    "Writes a line through the display after the last epoch, as `SampleCB`'s sample at the end of a fit of steps does"
-    def after_fit(self, t): t.log_text('sample', 'the end', step=t.clock.step if getattr(t, 'clock', None) else None)
+    "Writes a line through the display in the first epoch and one after the last, as `SampleCB`'s samples during a fit of steps and at its end"
+    def after_batch(self, t):
+        if t.training and t.clock.step == 1: t.log_text('sample', 'the start', step=1)
+    def after_fit(self, t): t.log_text('sample', 'the end', step=t.clock.step)
 
 @pytest.mark.parametrize('fit', ['epochs', 'steps'])
-def test_a_line_written_after_the_last_epoch_leaves_no_bar_in_the_notebook(monkeypatch, fit):
-    "In a notebook, what stays in the cell is the table and the lines, not the bars, though a line came after the bars' end (a sample at the end of a fit)"
+def test_the_lines_written_stay_under_the_table_and_no_bar_stays_in_the_notebook(monkeypatch, fit):
+    "In a notebook, what stays in the cell is the table and every line written under it (samples), though rows came after a line and a line after the bars' end"
     pytest.importorskip('IPython')
     import IPython.display
     from fastcore.xml import to_xml
@@ -184,5 +186,6 @@ def test_a_line_written_after_the_last_epoch_leaves_no_bar_in_the_notebook(monke
     t.fit(*((2,) if fit == 'epochs' else ()), **({} if fit == 'epochs' else {'steps': 10, 'valid_every': 4}), lr=0.01)
     shown = [h.last.data if isinstance(h.last, IPython.display.HTML) else to_xml(h.last) for h in handles]
     html = next(h for h in shown if '<table' in h)  # the master bar's cell: bars, the table, the lines
-    assert '<table' in html and 'sample' in html and 'the end' in html, html
-    assert '<progress' not in html, html  # (before the fix: both bars redrawn by the line's write, and left there)
+    assert '<table' in html and 'sample (step 1): the start' in html and 'the end' in html, html  # (before: the next row's table wiped the first line)
+    assert '<progress' not in html, html  # (before: both bars redrawn by the last line's write, and left there)
+    assert html.count('<tr>') == 1 + (2 if fit == 'epochs' else 3) and html.index('the start') > html.index('</table>'), html  # the rows, then the lines under them

@@ -48,7 +48,7 @@ class ProgressCB(Callback):
         if self.bars: trainer.epochs = self.mbar = master_bar(trainer.epochs)
         self.header, self.last, self.train_losses, self.valid_losses, self._pending, self._graph = None, -float('inf'), [], [], [], None
         self._counts = []  # the clock's count of batches at each loss kept for the graph: a void batch's is dropped
-        self.rows = 0  # the rows of this fit in the table
+        self.rows, self.texts = 0, []  # the rows of this fit in the table; the lines written under it
 
     def before_epoch(self, trainer):
         "Note when the epoch starts (for `times`); wrap the loader in a bar"
@@ -93,7 +93,7 @@ class ProgressCB(Callback):
                  step:int=None): # the step it belongs to
         "Show `text` under the table, with its name and step"
         line = text_line(name, text, step)
-        if self.bars: self.mbar.write(line)
+        if self.bars: self.texts.append(line); self.mbar.write(line)
         elif not try_print(line): raise OSError("the standard output is closed")
 
     def cleanup_fit(self, trainer):
@@ -121,7 +121,10 @@ class ProgressCB(Callback):
     def losses(self, v): self.train_losses, self._pending, self._counts = list(v), [], []
 
     def _write(self, cells):
-        if self.bars: self.mbar.write(cells, table=True)
+        if self.bars:
+            self.mbar.write(cells, table=True)
+            if hasattr(self.mbar, 'text_parts'):  # the notebook's bar, whose table replaces the lines written under it: write them again
+                for line in self.texts: self.mbar.write(line)
         elif not try_print('  '.join(f'{c:<8}' for c in cells).rstrip()): raise OSError("the standard output is closed")
 
     def _read(self):
