@@ -152,6 +152,14 @@ def test_vision_tutorial_is_saved_with_its_full_data_run():
     assert all(re.search(r'<td>\d\d:\d\d</td>', row) for row in table[1:])
     assert 'image/png' in _mimes(_outputs(nb, 'ActivationStatsCB.plot_stats()'))
 
+def _lm_run():
+    "The language-model tutorial's saved run: (steps, validation perplexity)"
+    import nbformat
+    nb = nbformat.read(ROOT/'nbs'/'tutorials'/'language_model.ipynb', as_version=4)
+    m = re.search(r'validation perplexity ([\d.]+) \(bigram [\d.]+, ratio [\d.]+\) after (\d+) steps',
+                  _text(_outputs(nb, "final = trainer.history.get_latest_metric('perplexity')")))
+    return int(m[2]), float(m[1])
+
 def test_language_model_tutorial_is_saved_with_its_full_run():
     "The language-model tutorial's saved outputs are the full run: validation perplexity at most half the bigram's, within 10 minutes, samples shown"
     import nbformat
@@ -181,8 +189,10 @@ def test_fine_tuning_tutorial_is_saved_with_its_full_run():
     assert p and float(p[3]) > 1, text
     lo = re.search(r'LoRA r=8: ([\d,]+) of ([\d,]+) parameters trained, \d+ s, validation loss ([\d.]+)', text)
     assert lo and int(lo[1].replace(',', '')) < int(lo[2].replace(',', '')) / 10 and float(lo[3]) < before, text
-    base = re.search(r"loaded the language-model tutorial's GPT .*: pretrained for (\d+) steps", _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
-    assert base and int(base[1]) >= 1000, 'the page fine-tunes the full run of the language-model tutorial, not a short base'
+    base = re.search(r"loaded the language-model tutorial's GPT .*: pretrained for (\d+) steps, validation perplexity ([\d.]+)",
+                     _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
+    steps, ppl = _lm_run()
+    assert base and int(base[1]) == steps and abs(float(base[2]) - ppl) < 0.05, ('the page fine-tunes the language-model tutorial\'s saved run', base, steps, ppl)
     assert _text(_outputs(nb, 'show_answers(full_model)')).count('WordNet, ') == 5
     assert 'image/png' in _mimes(_outputs(nb, 'fig, ax = plt.subplots('))
 
@@ -191,8 +201,10 @@ def test_post_training_tutorial_is_saved_with_its_full_run():
     "the distilled students below the student trained alone, the chunked loss keeping at most a quarter of the plain one's memory"
     import nbformat
     nb = nbformat.read(ROOT/'nbs'/'tutorials'/'post_training.ipynb', as_version=4)
-    base = re.search(r"loaded the language-model tutorial's GPT: pretrained for (\d+) steps", _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
-    assert base and int(base[1]) >= 1000, 'the page starts from the full run of the language-model tutorial, not a short base'
+    base = re.search(r"loaded the language-model tutorial's GPT: pretrained for (\d+) steps, validation perplexity ([\d.]+)",
+                     _text(_outputs(nb, "saved = cache_dir()/'tutorials'/'language_model'")))
+    steps, ppl = _lm_run()
+    assert base and int(base[1]) == steps and abs(float(base[2]) - ppl) < 0.05, ('the page starts from the language-model tutorial\'s saved run', base, steps, ppl)
     acc = _text(_outputs(nb, "acc |= {'SFT + DPO'"))
     gains = dict(re.findall(r'^ *(SFT \+ [^:]+): accuracy [\d.]+%, gain accuracy ([\d.]+)%', acc, re.M))
     assert set(gains) == {'SFT + DPO', 'SFT + SFT on the chosen'} and float(gains['SFT + DPO']) > float(gains['SFT + SFT on the chosen']) + 5, acc
