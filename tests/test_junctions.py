@@ -148,3 +148,43 @@ def test_per_layer_gradient_norms_have_the_same_names_with_compile_cb():
     t, _ = _conv_fit(GradNormCB(), compiled=True)
     names = ref.history.get_metric_names('batch')
     assert 'grad_norm/0.0.weight' in names and t.history.get_metric_names('batch') == names
+
+# ---- GradNormCB and the step's gradients: accumulation, processes, float16
+
+def test_gradient_norms_under_accumulation_are_the_steps_on_any_number_of_processes():
+    """GradNormCB recorded after every backward: under GradAccumCB the window's partial sum, and for batches of tokens weighed for
+    the window's tokens, so on two processes half of one process's (the invariance harness's seeded sample: RewardCB + GradNormCB
+    + GradAccumCB(2), grad_norm 0.2752 on two processes where one process read 0.5505). It now records the step's gradients, once a step"""
+    from aisaac.callbacks.monitors import GradNormCB
+    from aisaac.callbacks.gradients import GradAccumCB
+    from aisaac.callbacks.reward import reward_metrics
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.invariants import Case
+    from aisaac.setups import tiny_gpt_trainer, tiny_reward_trainer
+    from aisaac.processes import check_processes
+    assert check_processes(Case(make=tiny_gpt_trainer, callbacks=lambda folder: [GradNormCB(), GradAccumCB(2)])) == []
+    assert check_processes(Case(make=tiny_reward_trainer, callbacks=lambda folder: [
+        MetricsCB(**reward_metrics(), show=False), GradNormCB(per_layer=False), GradAccumCB(2)])) == []
+    big, acc = tiny_gpt_trainer([GradNormCB()], bs=8), tiny_gpt_trainer([GradNormCB(), GradAccumCB(2)], bs=4)
+    for t in (big, acc): t.fit(1, lr=1e-2)
+    steps = acc.history.get_metric_steps('grad_norm', per='batch')
+    assert steps == list(range(1, 2 * big.clock.step, 2)) and acc.clock.step == big.clock.step  # one row a step, at its window's last batch
+    for name in big.history.get_metric_names('batch'):
+        if name.startswith('grad_norm'):
+            assert acc.history.get_metric_values(name, per='batch') == pytest.approx(big.history.get_metric_values(name, per='batch'), rel=1e-4), name
+
+def test_gradient_norms_under_float16_are_the_unscaled_ones():
+    """Under MixedPrecisionCB(torch.float16) GradNormCB read the gradients the scaler had scaled: 65,536 times the norm (the scaler's
+    first factor); it now reads them after MixedPrecisionCB unscales them, before GradClipCB clips them"""
+    from aisaac.callbacks.monitors import GradNormCB
+    from aisaac.callbacks.precision import MixedPrecisionCB
+    from aisaac.callbacks.gradients import GradClipCB
+    def norms(*cbs):
+        t = Trainer(DataLoaders(TensorLoader(X, Y, bs=8), TensorLoader(X, Y, bs=8)), nn.MSELoss(), torch.optim.SGD, _model(),
+                    callbacks=[BasicTrainCB(), GradNormCB(per_layer=False), *cbs])
+        t.fit(1, lr=0.1, valid=False)
+        return t.history.get_metric_values('grad_norm', per='batch')
+    ref = norms()
+    assert norms(MixedPrecisionCB(torch.float16)) == pytest.approx(ref, rel=2e-2)
+    clipped = norms(GradClipCB(1e-3))
+    assert clipped[0] == pytest.approx(ref[0], rel=1e-6) and min(clipped) > 1e-2  # the norms before clipping (to 1e-3)

@@ -164,11 +164,11 @@ def test_grad_norm_equals_clip_grad_norm_total_and_each_gradients_norm():
 
 def test_grad_norm_reads_nothing_on_the_host_per_batch(monkeypatch):
     class Strict(GradNormCB):
-        def after_backward(self, trainer):
-            def forbidden(*a, **k): raise AssertionError('host read in after_backward')
+        def before_step(self, trainer):
+            def forbidden(*a, **k): raise AssertionError('host read in before_step')
             with monkeypatch.context() as m:
                 for name in ('item', 'tolist', 'cpu', 'numpy', '__float__'): m.setattr(torch.Tensor, name, forbidden)
-                super().after_backward(trainer)
+                super().before_step(trainer)
     t = trainer(Strict(per_layer=False), logs := Logs())
     t.fit(1)
     assert len(t.history.get_metric_values('grad_norm', per='batch')) == 4

@@ -252,24 +252,25 @@ def recorders(tmp_path):
     return [MetricsCB(show=False), LRMonitorCB(), GradNormCB(per_layer=False), CSVLogger(tmp_path/'batches.csv', per='batch'),
             JSONLinesLogger(tmp_path/'log.jsonl'), RecorderCB(loss=lambda cb: cb.trainer.loss), Losses()]
 
-def check_records(t, tmp_path, n_kept):
-    "The epoch's loss, the history, the monitors and the loggers hold the batches kept, and only them"
+def check_records(t, tmp_path, n_kept, per_step:int=1): # `per_step`: the batches of an accumulation window
+    "The epoch's loss, the history, the monitors and the loggers hold the batches kept, and only them (the gradients' norms: the steps kept, at their windows' last batches)"
     import csv, json
     losses, spikes = t.Losses, t.LossSpikeCB
     kept = kept_batches(losses, spikes.skipped)
     assert len(kept) == n_kept
+    stepped = [k for k in kept if (k[1] + 1) % per_step == 0]  # (one epoch: its batches are the clock's)
     h = t.history
     assert h.get_metric_values('train_loss', 'batch') == pytest.approx([losses.loss[k] for k in kept], rel=1e-6)
     assert h.get_latest_metric('train_loss') == pytest.approx(sum(losses.loss[k] for k in kept) / len(kept), rel=1e-5)
     assert len(t.LRMonitorCB.recs['lr']) == len(h.get_metric_values('lr', 'batch')) == t.clock.step
     assert [float(v) for v in t.RecorderCB.recs['loss']] == pytest.approx([losses.loss[k] for k in kept], rel=1e-6)  # miniai's recorder
-    assert h.get_metric_values('grad_norm', 'batch') == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)
+    assert h.get_metric_values('grad_norm', 'batch') == pytest.approx([losses.norm[k] for k in stepped], rel=1e-5)
     lines = [json.loads(l) for l in (tmp_path/'log.jsonl').read_text().splitlines()]
     norms = [(l['step'], l['grad_norm']) for l in lines if 'grad_norm' in l]
-    assert [v for _, v in norms] == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)  # each kept batch's norm once, no void one
+    assert [v for _, v in norms] == pytest.approx([losses.norm[k] for k in stepped], rel=1e-5)  # each kept step's norm once, no void one
     assert [s for s, _ in norms] == h.get_metric_steps('grad_norm', 'batch')
     rows = list(csv.DictReader(open(tmp_path/'batches.csv')))
-    assert [float(r['grad_norm']) for r in rows if r['grad_norm']] == pytest.approx([losses.norm[k] for k in kept], rel=1e-5)
+    assert [float(r['grad_norm']) for r in rows if r['grad_norm']] == pytest.approx([losses.norm[k] for k in stepped], rel=1e-5)
     return kept
 
 def test_a_rollback_leaves_only_the_kept_trajectory_in_the_records(tmp_path):
@@ -296,7 +297,7 @@ def test_a_skipped_accumulation_window_is_left_out_of_the_records(tmp_path):
     t = make(GradAccumCB(3), LossSpikeCB('skip', warmup=2), Spike(10), *recorders(tmp_path))
     t.fit(1, lr=0.05, valid=False)
     assert t.LossSpikeCB.skipped == [[0, 9, 0, 11]] and t.clock.step == 7
-    check_records(t, tmp_path, 21)
+    check_records(t, tmp_path, 21, per_step=3)
     assert t.history.get_metric_values('void_batches', 'batch') == [3]
 
 class NaN(Callback):
@@ -325,5 +326,5 @@ def test_the_live_loss_graph_keeps_only_the_kept_batches(tmp_path, how):
     progress = ProgressCB(plot=True, bars=False)
     t = make(spikes, *cbs, progress, *recorders(tmp_path))
     t.fit(1, lr=0.1 if how == 'rollback' else 0.05, valid=False)
-    kept = check_records(t, tmp_path, n)
+    kept = check_records(t, tmp_path, n, per_step=3 if how == 'window' else 1)
     assert progress.losses == pytest.approx([t.Losses.loss[k] for k in kept], rel=1e-6)

@@ -53,7 +53,7 @@ known_roles = {  # aisaac's callbacks that handle events of every batch, by clas
     'CapturePredsCB': 'keep', 'ImageVisualizerCB': 'keep',
     'SpeedMonitorCB': lambda cb: ('sync', "waits for the GPU after every batch (`sync=True`)") if cb.sync else 'host',
     'TerminateOnNaNCB': ('sync', _reads_loss), 'LRFinderCB': ('sync', _reads_loss),
-    'GradNormCB': ('eager', "reads the gradients in `after_backward`, and in a replayed batch the graph has stepped and zeroed them by then"),
+    'GradNormCB': ('eager', "reads the gradients in `before_step`, and in a replayed batch the graph has stepped and zeroed them by then"),
     'MicroBatchCB': ('eager', "runs the steps of each microbatch from its own handler: a Python loop per batch"),
     'EMACB': 'host',  # `after_step`: whether the step is due is read on the clock, and its two foreach ops are launched on the weights the replay stepped
     'LossSpikeCB': ('eager', "decides in `before_step` whether the step is taken (a skip, or the step a rollback or a stop cancels) and reads the "

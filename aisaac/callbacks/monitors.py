@@ -240,14 +240,14 @@ class RuntimeEstimatorCB(Callback):
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #9cdd922d
 class GradNormCB(Callback):
-    "Record the L2 norm of each parameter's gradient and the total (as `clip_grad_norm_` computes it) after each backward pass, on the device"
+    "Record the L2 norm of each parameter's gradient and the total (as `clip_grad_norm_` computes it) before each optimizer step, on the device"
+    order = 15  # in `before_step`: after `GradAccumCB` (-10: a window's last batch, its gradients made whole) and `MixedPrecisionCB` (10: unscaled), before `GradClipCB` (20)
     provides = ('grad_norm*',)
     def __init__(self, per_layer:bool=True): # also record the norm of each parameter's gradient
         self.per_layer, self.pending = per_layer, []
 
-    def after_backward(self, trainer):
-        "Compute the norms on the device and keep them in the history (once a batch: a microbatch's backward but the last gives part of its gradients)"
-        if trainer.clock.held: return  # (`MicroBatchCB`: the batch's gradients are whole after its last microbatch)
+    def before_step(self, trainer):
+        "Compute the norms of the gradients the step will apply, on the device, and keep them in the history in the row of the step's last batch"
         named = [(n, p.grad) for n, p in unwrap_model(trainer.model).named_parameters() if p.grad is not None]  # (the names without `_orig_mod.` or `module.`)
         if not named: return
         norms = torch.stack([torch.linalg.vector_norm(g) for _, g in named])
