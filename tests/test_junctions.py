@@ -1,4 +1,6 @@
 "Two features that are exact alone and must stay exact together (issue 46): each test names the figure seen before its fix."
+import tempfile
+from pathlib import Path
 import pytest
 import torch
 from torch import nn
@@ -188,3 +190,30 @@ def test_gradient_norms_under_float16_are_the_unscaled_ones():
     assert norms(MixedPrecisionCB(torch.float16)) == pytest.approx(ref, rel=2e-2)
     clipped = norms(GradClipCB(1e-3))
     assert clipped[0] == pytest.approx(ref[0], rel=1e-6) and min(clipped) > 1e-2  # the norms before clipping (to 1e-3)
+
+def test_gradient_norms_and_learning_rates_share_the_steps_row_and_count_what_the_clip_clips():
+    """Under GradAccumCB(2) LRMonitorCB numbered its rows by step (0, 1, 2...) and GradNormCB by the step's last batch (1, 3, 5...):
+    a per-batch CSV paired step 1's rate with step 0's norm. GradNormCB summed the model's parameters only where GradClipCB clips
+    every parameter the optimizer steps (a learnt loss temperature: 0.551078 against GradClipCB's 0.551567)"""
+    import csv
+    from aisaac.callbacks.monitors import GradNormCB, LRMonitorCB
+    from aisaac.callbacks.gradients import GradAccumCB, GradClipCB
+    from aisaac.callbacks.loggers import CSVLogger
+    temp = nn.Parameter(torch.tensor(1.5))
+    class Tempered(Callback):  # the loss divided by a learnt temperature, outside the model
+        order = 1
+        def after_loss(self, t): t.loss = t.loss / temp
+    class Norms(Callback):
+        order = 25  # after GradClipCB (20)
+        def before_fit(self, t): self.clipped = []
+        def before_step(self, t): self.clipped.append(float(t.GradClipCB.norm))
+    t = Trainer(DataLoaders(TensorLoader(X, Y, bs=4), TensorLoader(X, Y, bs=8)), nn.MSELoss(), lambda ps, lr: torch.optim.SGD([*ps, temp], lr=lr),
+                _model(), callbacks=[BasicTrainCB(), Tempered(), GradNormCB(), LRMonitorCB(), GradAccumCB(2), GradClipCB(10.), norms := Norms(),
+                                     CSVLogger(Path(tempfile.mkdtemp())/'b.csv', per='batch')])
+    t.fit(1, lr=0.1, valid=False)
+    h = t.history
+    assert h.get_metric_steps('lr', per='batch') == h.get_metric_steps('grad_norm', per='batch') == [1, 3, 5, 7]
+    rows = list(csv.DictReader(open(t.CSVLogger.path)))
+    assert all(bool(r['lr']) == bool(r['grad_norm']) for r in rows), rows  # a step's rate and norm in one row
+    assert h.get_metric_values('grad_norm', per='batch') == pytest.approx(norms.clipped, rel=1e-6)
+    assert 'grad_norm/opt.0' in h.get_metric_names('batch')

@@ -31,8 +31,8 @@ def _pass_step(trainer, epoch_step:int):
     return trainer.clock.step if trainer.steps is not None else epoch_step
 
 def _batch_step(trainer):
-    "The row of the training batch in progress: the batches the run's clock counted before it (numbered from 0, on across fits and after a resume)"
-    return trainer.clock.micro_step - 1
+    "The row of the training batch in progress: the batches the run's clock counted before it (numbered from 0, on across fits and after a resume); a step without a batch (`StubTrainer.fire('after_step')`) is a batch of its own"
+    return max(trainer.clock.micro_step, trainer.clock.step) - 1
 
 def _batch_size(batch):
     "The number of samples in `batch`: the length of its first tensor"
@@ -67,7 +67,7 @@ class LRMonitorCB(Callback):
         values = _hyper_params(trainer.opt)
         for k, v in values.items(): self.recs.setdefault(k, []).append(v)
         self._steps.append(trainer.clock.step)
-        _record(trainer, values, trainer.clock.step - 1, 'batch')  # numbered from 0, as the history numbers batches
+        _record(trainer, values, _batch_step(trainer), 'batch')  # in the row of the step's last batch, beside its loss and gradient norm
 
     def state_dict(self):
         "The rates recorded so far and their steps (copies): a resumed fit's records are the uninterrupted fit's"
@@ -248,7 +248,11 @@ class GradNormCB(Callback):
 
     def before_step(self, trainer):
         "Compute the norms of the gradients the step will apply, on the device, and keep them in the history in the row of the step's last batch"
-        named = [(n, p.grad) for n, p in unwrap_model(trainer.model).named_parameters() if p.grad is not None]  # (the names without `_orig_mod.` or `module.`)
+        model = unwrap_model(trainer.model)
+        named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]  # (the names without `_orig_mod.` or `module.`)
+        mine = {id(p) for p in model.parameters()}
+        held = [p for g in getattr(trainer.opt, 'param_groups', ()) for p in g['params'] if id(p) not in mine and p.grad is not None]
+        named += [(f'opt.{i}', p.grad) for i, p in enumerate(held)]  # (stepped outside the model: `clip_grad_norm_` of GradClipCB counts them)
         if not named: return
         norms = torch.stack([torch.linalg.vector_norm(g) for _, g in named])
         total = torch.linalg.vector_norm(norms)
