@@ -217,3 +217,64 @@ def test_gradient_norms_and_learning_rates_share_the_steps_row_and_count_what_th
     assert all(bool(r['lr']) == bool(r['grad_norm']) for r in rows), rows  # a step's rate and norm in one row
     assert h.get_metric_values('grad_norm', per='batch') == pytest.approx(norms.clipped, rel=1e-6)
     assert 'grad_norm/opt.0' in h.get_metric_names('batch')
+
+# ---- the speed and time-left monitors with resume and processes
+
+def test_the_time_left_after_a_resume_counts_the_batches_trained_before_it(tmp_path):
+    """RuntimeEstimatorCB planned the whole fit again after `resume_from`: a fit of 24 batches stopped after 12 and resumed planned 24
+    and counted 12 done, so its last `time_remaining` was 12 batches' time (0.071 s) where the fit had none left"""
+    from aisaac.core.callback import CancelFitException
+    from aisaac.callbacks.monitors import RuntimeEstimatorCB
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    class Stop(Callback):
+        order = 1000
+        def checkpoint(self, t, at):
+            if at == 'batch' and t.clock.micro_step == 12: raise CancelFitException()
+    def make(*cbs):
+        return Trainer(DataLoaders(TensorLoader(X, Y, bs=4), TensorLoader(X, Y, bs=8)), nn.MSELoss(), torch.optim.SGD, _model(),
+                       callbacks=[BasicTrainCB(), *cbs])
+    for i, fit in enumerate((dict(n_epochs=3), dict(steps=24))):
+        d = tmp_path/str(i)
+        make(RuntimeEstimatorCB(), CheckpointCB(d, every_n_batches=4, every_n_epochs=None), Stop()).fit(**fit, lr=0.1, valid=False)
+        t = make(re := RuntimeEstimatorCB())
+        t.fit(**fit, lr=0.1, valid=False, resume_from=last_checkpoint(d))
+        assert (re.total, re.done, re.remaining) == (24, 24, 0), fit
+        assert t.history.get_metric_values('time_remaining', per='batch')[-1] == 0  # (the history's rows: the checkpoint's 11, then 11 after the resume)
+
+class _Tokens(Callback):
+    "SpeedMonitorCB's count of the tokens trained on, and the tokens its `epoch_mfu` stands for (mfu x every device's peak / FLOPs per token x seconds)"
+    order = 1000
+    def after_fit(self, t):
+        import torch.distributed as dist
+        world, s, h = dist.get_world_size() if dist.is_initialized() else 1, t.SpeedMonitorCB, t.history
+        self.state = {'tokens': s.tokens, 'mfu_tokens': [round(m * world * s.peak_flops / s.flops_per_token * secs) for m, secs in
+                                                         zip(h.get_metric_values('epoch_mfu'), h.get_metric_values('train_time'))]}
+    def state_dict(self): return getattr(self, 'state', {})
+
+class _Dicts:
+    "A loader's `(ids, targets)` batches as `{'input_ids', 'labels'}` dicts"
+    def __init__(self, dl): self.dl = dl
+    def __len__(self): return len(self.dl)
+    def __iter__(self): return ({'input_ids': x, 'labels': y} for x, y in self.dl)
+    def __getattr__(self, k): return getattr(self.dl, k)
+
+def _gpt_dicts(callbacks=(), bs=8, world=None):
+    from aisaac.setups import tiny_gpt_trainer
+    t = tiny_gpt_trainer(callbacks, bs=bs, world=world)
+    t.dls.train, t.dls.valid = _Dicts(t.dls.train), _Dicts(t.dls.valid)
+    return t
+
+@pytest.mark.parametrize('batches', ['tuples', 'dicts'])
+def test_speed_counts_every_processs_tokens_and_mfu_every_devices_peak(batches):
+    """On 2 processes SpeedMonitorCB counted (ids, targets) tuples' tokens of its own share only (192 of a pass's 384), and for dict
+    batches (the clock's tokens, every process's) measured mfu against one device's peak (2x); now both count 384 against 2 peaks"""
+    from aisaac.callbacks.monitors import SpeedMonitorCB
+    from aisaac.invariants import Case
+    from aisaac.setups import tiny_gpt_trainer
+    from aisaac.processes import check_processes
+    make = tiny_gpt_trainer if batches == 'tuples' else _gpt_dicts
+    out = check_processes(Case(make=make, callbacks=lambda folder: [SpeedMonitorCB(peak_flops=1e12), _Tokens()]))
+    assert not [l for l in out if '_Tokens' in l or 'raised' in l or 'not checked' in l], out  # (the speeds themselves differ: wall-clock)
+    one = make([SpeedMonitorCB(peak_flops=1e12), tok := _Tokens()])
+    one.fit(1, lr=1e-2)
+    assert tok.state['tokens'] == len(one.dls.train) * 8 * 8 and tok.state['mfu_tokens'] == [tok.state['tokens']]  # 8 rows of 8 tokens a batch

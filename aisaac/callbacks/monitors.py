@@ -157,7 +157,8 @@ class SpeedMonitorCB(Callback):
             if peak is None and self.flops_per_token:
                 warnings.warn(f"SpeedMonitorCB knows no peak FLOP/s of the GPU {name!r}, so it records no `mfu`: give it, "
                               f"`SpeedMonitorCB(peak_flops=...)` (the dense bfloat16 figure of its datasheet)")
-        self.peak_flops, self._mfu_known = peak, bool(self.flops_per_token and peak)
+        world = torch.distributed.get_world_size() if torch.distributed.is_available() and torch.distributed.is_initialized() else 1
+        self.peak_flops, self._mfu_known, self._peaks = peak, bool(self.flops_per_token and peak), (peak or 0) * world  # (every process's tokens: every device's peak)
         self._count_ids = self.flops_per_token is not None and ids is not None and trainer.clock.tokens == self.seen[1]  # (a tuple batch: the clock counts no tokens)
 
     def before_train(self, trainer):
@@ -174,7 +175,7 @@ class SpeedMonitorCB(Callback):
         now, c, w = time.perf_counter(), trainer.clock, self.window
         if self._mfu_known is None: self._find_mfu(trainer)
         n, tok = c.samples - self.seen[0], c.tokens - self.seen[1]  # this batch's
-        if self._count_ids and (ids := _ids(trainer.batch)) is not None: tok = ids.numel()
+        if self._count_ids and (ids := _ids(trainer.batch)) is not None: tok = n * ids.shape[1]  # (every process's rows, as the clock counts them, of this length)
         self.seen, self.tokens = (c.samples, c.tokens), self.tokens + tok
         if full := len(w) == w.maxlen:  # the batch that leaves the window
             self._secs, self._n, self._tok = self._secs - w[0][0], self._n - w[0][1], self._tok - w[0][2]
@@ -184,7 +185,7 @@ class SpeedMonitorCB(Callback):
         if full or len(w) == w.maxlen:
             rec = {'samples_per_sec': self._n / self._secs, 'batches_per_sec': len(w) / self._secs}
             if self._tok: rec['tokens_per_sec'] = self._tok / self._secs
-            if self._tok and self._mfu_known: rec['mfu'] = rec['tokens_per_sec'] * self.flops_per_token / self.peak_flops
+            if self._tok and self._mfu_known: rec['mfu'] = rec['tokens_per_sec'] * self.flops_per_token / self._peaks
             _record(trainer, rec, _batch_step(trainer), 'batch')
 
     def after_train(self, trainer):
@@ -193,7 +194,7 @@ class SpeedMonitorCB(Callback):
         if self.batches and secs > 0:
             rec, tokens = {'epoch_samples_per_sec': (s1 - s0) / secs, 'epoch_batches_per_sec': self.batches / secs}, self.tokens - self.first_tokens
             if tokens: rec['epoch_tokens_per_sec'] = tokens / secs
-            if tokens and self._mfu_known: rec['epoch_mfu'] = rec['epoch_tokens_per_sec'] * self.flops_per_token / self.peak_flops
+            if tokens and self._mfu_known: rec['epoch_mfu'] = rec['epoch_tokens_per_sec'] * self.flops_per_token / self._peaks
             _record(trainer, rec | {'train_time': secs}, _pass_step(trainer, self.epoch_step), 'epoch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #2ce03174
@@ -212,6 +213,15 @@ class RuntimeEstimatorCB(Callback):
             except TypeError: raise TypeError(f"RuntimeEstimatorCB needs the length of the training loader, and {type(trainer.dls.train).__name__} has "
                                               f"none: fit with `steps=`, remove the callback, or give the loader a `__len__`") from None
         self.total, self.done, self.train_secs, self.valid_secs = total, 0, 0., None
+        self.timed = self.fresh = 0  # the batches in the average; those of this fit trained in this process (a resumed fit's start from 0: warm-up again)
+
+    def state_dict(self):
+        "The fit's batches planned and trained so far: a fit resumed from a checkpoint plans only the rest"
+        return {'total': self.total, 'done': self.done} if getattr(self, 'total', None) is not None else {}
+
+    def load_state_dict(self, state:dict): # from `state_dict`
+        "Go on counting from the checkpoint's batches"
+        if state: self.total, self.done = int(state['total']), int(state['done'])
 
     def before_train(self, trainer):
         "Start the clock of the training pass"
@@ -231,11 +241,11 @@ class RuntimeEstimatorCB(Callback):
         "Estimate and record the time left"
         if not trainer.model.training: return
         now = time.perf_counter()
-        self.done, secs, self.last = self.done + 1, now - self.last, now
-        if self.done > self.skip:
-            self.train_secs += secs
+        self.done, self.fresh, secs, self.last = self.done + 1, self.fresh + 1, now - self.last, now
+        if self.fresh > self.skip:
+            self.train_secs, self.timed = self.train_secs + secs, self.timed + 1
             valid_left = (trainer.n_epochs - trainer.epoch) * (self.valid_secs or 0.) if trainer.do_valid else 0.
-            self.remaining = (self.total - self.done) * self.train_secs / (self.done - self.skip) + valid_left
+            self.remaining = max(self.total - self.done, 0) * self.train_secs / self.timed + valid_left
             _record(trainer, {'time_remaining': self.remaining}, _batch_step(trainer), 'batch')
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #9cdd922d
