@@ -427,3 +427,19 @@ def test_a_sub_run_leaves_tensorboards_scalars_as_they_were():
     pytest.importorskip('tensorboard')
     from aisaac.coverage import check
     assert check(['TensorBoardLogger'], 'transactions') == []
+
+def test_mlflow_on_a_file_store_keeps_the_run_when_two_names_cannot_both_be_files(tmp_path, monkeypatch):
+    """MLflow's file store keeps `batch/grad_norm` as a file and `batch/grad_norm/<param>` in a folder of that name: the batch of values
+    failed ('[Errno 20] Not a directory'), the logger was switched off, and the run held no train_loss or valid_loss at all"""
+    pytest.importorskip('mlflow')
+    from mlflow.tracking import MlflowClient
+    from aisaac.callbacks.monitors import GradNormCB
+    monkeypatch.setenv('MLFLOW_ALLOW_FILE_STORE', 'true')
+    lg = MLflowLogger(f'file://{tmp_path}/mlruns', experiment='x')
+    with pytest.warns(UserWarning, match=r"cannot hold both 'batch/grad_norm' and 'batch/grad_norm/weight'.*GradNormCB\(per_layer=False\)") as ws:
+        t = fit(lg, GradNormCB())
+    assert len([w for w in ws if 'MLflowLogger' in str(w.message)]) == 1  # once, not once a parameter
+    c = MlflowClient(lg.tracking_uri)
+    for name in HIST: assert [m.value for m in c.get_metric_history(lg.run_id, name)] == t.history.get_metric_values(name)
+    assert len(c.get_metric_history(lg.run_id, 'batch/grad_norm')) == len(t.history.get_metric_values('grad_norm', per='batch')) > 0
+    assert c.get_run(lg.run_id).info.status == 'FINISHED'

@@ -136,6 +136,8 @@ class MLflowLogger(Logger):
         self.tracking_uri = tracking_uri or os.environ.get('MLFLOW_TRACKING_URI') or 'sqlite:///mlruns.db'
         self.experiment, self.run_name, self.client, self.run_id, self._pending = experiment, run_name, None, None, []
         self._config, self._seen, self._resuming = None, {}, False  # the configuration until the run is made; the steps a resumed run has
+        from urllib.parse import urlparse
+        self._file_store, self._tags, self._refused = urlparse(self.tracking_uri).scheme in ('', 'file'), set(), set()  # (a file store: one file a metric)
 
     def before_fit(self, trainer):
         "Make the run at the first fit, with the configuration as parameters; mark it running (a fit that resumes a checkpoint goes on with the checkpoint's run)"
@@ -165,6 +167,23 @@ class MLflowLogger(Logger):
         self._resuming = False
         metrics = self.client.get_run(self.run_id).data.metrics
         self._seen = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in metrics}
+        self._tags |= set(metrics)
+
+    def _storable(self, tag:str): # a metric's name in the store
+        "Whether the store can keep `tag`: MLflow's file store keeps a metric `a/b` in a folder `a`, so of `a` and `a/b` only the first sent (the other is named once)"
+        if not self._file_store or tag in self._tags: return True
+        if tag in self._refused: return False
+        parts = tag.split('/')
+        clash = next((p for p in ('/'.join(parts[:i]) for i in range(1, len(parts))) if p in self._tags), None) \
+                or next((t for t in self._tags if t.startswith(tag + '/')), None)
+        if clash is None: self._tags.add(tag); return True
+        if not any(t == clash or t.startswith(clash + '/') or clash.startswith(t + '/') for t in self._refused):  # (named once a clash)
+            fix = ", or `GradNormCB(per_layer=False)`" if 'grad_norm' in tag else ""
+            warnings.warn(f"MLflowLogger: MLflow's file store keeps a metric `a/b` in a folder `a`, so it cannot hold both {clash!r} and {tag!r}: "
+                          f"{tag!r} and the other names that clash so are not stored (the other values are). Use a database store, "
+                          f"`MLflowLogger('sqlite:///mlruns.db')` (the default){fix}")
+        self._refused.add(tag)
+        return False
 
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
@@ -178,6 +197,7 @@ class MLflowLogger(Logger):
         for k, v in metrics.items():
             if not _is_number(v): continue
             tag, s = _tag(k, per), self.step_of(k, step, per)
+            if not self._storable(tag): continue
             if not self._seen or s not in self._seen.get(tag, ()): self._pending.append(self._mlflow.entities.Metric(tag, float(v), now, s))
 
     def log_image(self, trainer, name:str, # what the image shows
