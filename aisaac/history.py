@@ -99,13 +99,18 @@ class RunHistory:
 @patch
 def extend_metric(self:RunHistory, name:str, # the metric's name, e.g. `'train_loss'`
                   values, # numbers (or one-element tensors), oldest first
-                  per:str='epoch'): # `'epoch'` or `'batch'`: which series
-    "Record `values` for metric `name`, each one step after the last: `update_metric` for many values at once (a pass's batch losses)"
+                  per:str='epoch', # `'epoch'` or `'batch'`: which series
+                  steps=None): # the step of each value (increasing); default: each one after the last
+    "Record `values` for metric `name`, each one step after the last or at `steps`: `update_metric` for many values at once (a pass's batch losses)"
     if not isinstance(name, str): raise TypeError(f"a metric name must be a string (got {name!r})")
-    steps, vals = self._table(per).setdefault(name, ([], []))
-    start = steps[-1] + 1 if steps else 0
+    have, vals = self._table(per).setdefault(name, ([], []))
+    n = len(vals)
     vals.extend(v.detach() if isinstance(v, torch.Tensor) else v for v in values)
-    steps.extend(range(start, start + len(vals) - len(steps)))
+    if steps is None: start = have[-1] + 1 if have else 0; have.extend(range(start, start + len(vals) - n))
+    elif len(steps := [int(s) for s in steps]) != (k := len(vals) - n):
+        del vals[n:]
+        raise ValueError(f"extend_metric: {len(steps)} steps for {k} values of {name!r}: give one step a value")
+    else: have.extend(steps)
 
 # %% ../nbs/05_history.ipynb #98895e92
 @patch

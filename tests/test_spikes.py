@@ -265,6 +265,8 @@ def check_records(t, tmp_path, n_kept, per_step:int=1): # `per_step`: the batche
     assert len(t.LRMonitorCB.recs['lr']) == len(h.get_metric_values('lr', 'batch')) == t.clock.step
     assert [float(v) for v in t.RecorderCB.recs['loss']] == pytest.approx([losses.loss[k] for k in kept], rel=1e-6)  # miniai's recorder
     assert h.get_metric_values('grad_norm', 'batch') == pytest.approx([losses.norm[k] for k in stepped], rel=1e-5)
+    rows = h.get_metric_steps('train_loss', 'batch')  # a step's rate and norm in the row of its last batch's loss (before: the losses renumbered 0, 1, 2... past a void batch)
+    assert set(h.get_metric_steps('lr', 'batch')) <= set(rows) and set(h.get_metric_steps('grad_norm', 'batch')) <= set(rows), (rows, h.get_metric_steps('lr', 'batch'))
     lines = [json.loads(l) for l in (tmp_path/'log.jsonl').read_text().splitlines()]
     norms = [(l['step'], l['grad_norm']) for l in lines if 'grad_norm' in l]
     assert [v for _, v in norms] == pytest.approx([losses.norm[k] for k in stepped], rel=1e-5)  # each kept step's norm once, no void one
@@ -290,6 +292,7 @@ def test_a_skipped_batch_is_left_out_of_the_records(tmp_path):
     t.fit(1, lr=0.05, valid=False)
     assert t.LossSpikeCB.skipped == [[0, 10, 0, 10]] and t.clock.step == 23
     check_records(t, tmp_path, 23)
+    assert t.history.get_metric_steps('train_loss', 'batch') == [b for b in range(24) if b != 10]  # the clock's rows: batch 10's is void
     assert t.history.get_metric_steps('void_batches', 'batch') == [10] and t.history.get_metric_values('void_batches', 'batch') == [1]
 
 def test_a_skipped_accumulation_window_is_left_out_of_the_records(tmp_path):

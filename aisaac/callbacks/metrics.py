@@ -245,7 +245,8 @@ class MetricsCB(Callback):
             self.row[split] = ((losses * sizes).sum() / sizes.sum()).item() if self.batch_sizes else float('nan')
             found = {name: float(m.compute()) for name, m in ms.items()}
         if not prefix: self.losses_batch += [{'training': training, 'loss': v} for v in values]  # (AIsaac's record: `dls.valid`'s)
-        trainer.history.extend_metric(_history_name(split), values, per='batch')
+        rows = [c - 1 for c in self.batch_counts] if training and len(self.batch_counts) == len(values) and all(self.batch_counts) else None
+        trainer.history.extend_metric(_history_name(split), values, per='batch', steps=rows)  # (training: in the clock's rows, as the monitors' values)
         self.row |= {prefix + k: v for k, v in found.items()}
         for m in ms.values(): m.reset()
         self._reset()  # (before the log: a `log_metrics` handler may raise a cancel)
