@@ -292,7 +292,9 @@ def run_coverage(invariants=INVARIANTS, # the invariants to run
             if not lines: met |= _pairs(block); continue
             least = shrink(block, inv)
             culprits.append(least)
-            rep.found.append({'callbacks': least, 'invariant': inv, 'lines': check(least, inv), 'known': _known(least, inv), 'reproducer': reproducer(least, inv)})
+            again = check(least, inv)
+            if not again: again = ['(it passed when run again: the failure did not repeat; the first run said:)'] + lines
+            rep.found.append({'callbacks': least, 'invariant': inv, 'lines': again, 'known': _known(least, inv), 'reproducer': reproducer(least, inv)})
             bad |= _pairs(least) if len(least) > 1 else {p for p in _pairs(use) if least[0] in p}
             if full: queue[:0] = [[m for m in block if m != x] for x in least if len(block) > 1]
         pairs = _pairs(names) - apart(names)

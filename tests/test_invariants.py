@@ -59,6 +59,19 @@ def test_a_failure_is_shrunk_to_its_culprit_with_a_runnable_reproducer(monkeypat
     exec(snippet.replace('from aisaac.all import *', 'from aisaac.all import *\nglobals().update(Forgets=Forgets)').replace('print(', 'out = ('), ns)
     assert ns['out'] and ns['out'][0].startswith('stopped at')
 
+def test_a_failure_that_does_not_repeat_is_reported_with_what_its_first_run_said(monkeypatch):
+    """Two blocks of the seeded sample failed once on a loaded machine and passed when shrunk and run again: the report named the block
+    and no line at all (what failed was lost); it now keeps the first run's lines, and says the failure did not repeat"""
+    runs = []
+    def check(names, inv):
+        runs.append(names)
+        return ['rank 0: processes [0, 1] did not end in 120 s'] if len(runs) == 1 else []
+    monkeypatch.setattr(coverage, 'check', check)
+    rep = run_coverage(invariants=('records',), full=False, seed=1)
+    (f,) = rep.new
+    assert f['lines'][0].startswith('(it passed when run again') and f['lines'][1] == 'rank 0: processes [0, 1] did not end in 120 s'
+    assert 'did not end in 120 s' in str(rep)
+
 def test_the_seeded_sample_keeps_every_invariant():
     "Every runnable catalogue callback once under each invariant, in blocks whose partners rotate with the commit; a failure prints its reproducer"
     rep = run_coverage(full=False, seed=commit_seed())
