@@ -443,3 +443,15 @@ def test_mlflow_on_a_file_store_keeps_the_run_when_two_names_cannot_both_be_file
     for name in HIST: assert [m.value for m in c.get_metric_history(lg.run_id, name)] == t.history.get_metric_values(name)
     assert len(c.get_metric_history(lg.run_id, 'batch/grad_norm')) == len(t.history.get_metric_values('grad_norm', per='batch')) > 0
     assert c.get_run(lg.run_id).info.status == 'FINISHED'
+
+def test_tensorboard_says_so_when_a_new_run_writes_into_another_runs_folder(tmp_path):
+    """A script run twice with `TensorBoardLogger(log_dir)` gave TensorBoard one run: valid_loss at steps 0, 1, 2, 0, 1, 2, silently
+    (the CSV and JSON-lines files of the same run start afresh, MLflow makes a new run); a second fit of the same run, and a resume, are one run"""
+    pytest.importorskip('tensorboard')
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        t = fit(lg := TensorBoardLogger(tmp_path/'tb'))
+        t.fit(1)  # the same run, on: no warning
+    with pytest.warns(UserWarning, match=r"holds the event files of another run.*its own folder"):
+        fit(TensorBoardLogger(tmp_path/'tb'))

@@ -70,10 +70,14 @@ class TensorBoardLogger(Logger):
                  per:str='all'): # which values to write: `'epoch'`, `'batch'` or `'all'`
         super().__init__(per)
         self._tb = _needs('torch.utils.tensorboard', 'tensorboard', 'TensorBoardLogger')
-        self.log_dir, self.writer, self._chosen = log_dir, None, log_dir is None  # (the default: a resumed fit goes on in the run's folder)
+        self.log_dir, self.writer, self._chosen, self._fits = log_dir, None, log_dir is None, 0  # (the default: a resumed fit goes on in the run's folder)
 
     def before_fit(self, trainer):
-        "Open a writer in `log_dir` (the same folder for every fit, and for the fit that resumes a checkpoint of the run)"
+        "Open a writer in `log_dir` (the same folder for every fit, and for the fit that resumes a checkpoint of the run); say so when a new run's folder holds another run's files"
+        if not self._fits and self.log_dir is not None and not getattr(trainer, 'resuming', False) and any(Path(self.log_dir).glob('events.out.tfevents.*')):
+            warnings.warn(f"TensorBoardLogger: {self.log_dir} holds the event files of another run, which TensorBoard shows as one run with this one "
+                          f"(the same steps twice): give each run its own folder (`TensorBoardLogger()` makes `runs/<date>_<host>`), or delete them")
+        self._fits += 1
         self.writer = self._tb.SummaryWriter(self.log_dir)
         self.log_dir = self.writer.log_dir
 
