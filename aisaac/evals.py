@@ -79,7 +79,8 @@ class Eval:
         if (p := self.period) is None: return True
         due = p.due(trainer.clock)
         if p.unit in _own_counts and _world_size() > 1: due = bool(_across('main', due, group=_fit_group(trainer))[0])
-        return due or trainer.epoch == trainer.n_epochs - 1
+        first = trainer.steps is not None and trainer.clock.step == trainer.clock.fit_start_step  # (`valid_first`'s validation, before any step)
+        return due or (trainer.epoch == trainer.n_epochs - 1 and not first)
 
     def __repr__(self): return f"Eval({self.name!r}, every={self.every!r})"
 

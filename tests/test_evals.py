@@ -67,6 +67,13 @@ def test_two_sets_each_on_its_interval_in_a_run_of_steps():
     with pytest.raises(ValueError, match=r"evaluated every 4 steps, and this fit validates every 3.*multiple of 3"):
         trainer(two_sets(every_b='4 steps')).fit(steps=15, valid_every=3)
 
+def test_valid_first_in_a_run_of_one_interval_is_not_its_last_validation():
+    """fit(steps=4, valid_every=4, valid_first=True): its first validation (step 0) is also in its last interval, and `b` (every 8 steps,
+    so due only at the end) was evaluated there too: b/valid_loss at 0 and 4; with several intervals it was already right"""
+    t = trainer(two_sets(every_b='8 steps'))
+    t.fit(steps=4, valid_every=4, valid_first=True, lr=0.5)
+    assert steps_of(t, 'valid_loss', 'a/valid_loss', 'b/valid_loss') == {'valid_loss': [0, 4], 'a/valid_loss': [0, 4], 'b/valid_loss': [4]}
+
 def test_an_interval_in_tokens_or_samples_is_due_at_the_first_validation_after_it():
     "Every('100 samples'): 96 training samples an epoch, so due after epochs 1, 2, 3 (192, 288, 384 samples) and at the last"
     from aisaac.evals import EvalSetsCB, Eval
