@@ -455,3 +455,14 @@ def test_tensorboard_says_so_when_a_new_run_writes_into_another_runs_folder(tmp_
         t.fit(1)  # the same run, on: no warning
     with pytest.warns(UserWarning, match=r"holds the event files of another run.*its own folder"):
         fit(TensorBoardLogger(tmp_path/'tb'))
+
+def test_a_csv_file_says_so_when_a_fit_numbers_its_rows_in_another_unit(tmp_path):
+    """fit(2) then fit(steps=4, valid_every=2) into one CSVLogger: the file's first column became `step` over 0, 1, 18, 20, where rows 0
+    and 1 were epochs, silently (the JSON-lines file says `epoch` or `interval` on each line)"""
+    import warnings
+    t = fit(CSVLogger(tmp_path/'m.csv'), n_epochs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        t.fit(1)  # the same unit: no warning
+    with pytest.warns(UserWarning, match=r"numbered by step and the 3 rows of the earlier fits .* by epoch.*a CSVLogger of its own"):
+        t.fit(steps=4, valid_every=2)

@@ -157,6 +157,9 @@ class CSVLogger(Logger):
     def before_fit(self, trainer):
         "Make sure the file can be written, before the first epoch (without rewriting the rows of earlier fits, or of the run a checkpoint resumes); the first column is `step` in a run measured in steps"
         axis = 'step' if _per(trainer, self.per) == 'interval' else self.per  # its rows are numbered by step
+        if axis != self.axis and self.rows and self.per == 'epoch':
+            warnings.warn(f"CSVLogger: this fit's rows are numbered by {axis} and the {len(self.rows)} rows of the earlier fits in {self.path} by "
+                          f"{self.axis}, and the file's first column names one of them: give this fit a CSVLogger of its own (another path)")
         if axis != self.axis: self.axis, self._written = axis, (None, [])  # the header changes: the next flush rewrites the file
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if (self.rows or getattr(trainer, 'resuming', False)) and self.path.exists(): open(self.path, 'a').close()  # writable: an error now
