@@ -26,7 +26,7 @@ class Logging:
         super().__init__(*args, **kwargs)
 
     def log(self, metrics:dict, # {name: number}; one-element tensors are read to numbers
-            step:int=None, # the epoch or batch the values belong to; `None`: each logger numbers them in turn
+            step:int=None, # the epoch or batch the values belong to; `None`: one after the last step of any of these names, in every logger
             per:str='epoch'): # `'epoch'` or `'batch'`
         "Send `metrics` to every logger callback that wants values logged `per` epoch or batch, through the `log` event"
         if not isinstance(metrics, dict):

@@ -466,3 +466,22 @@ def test_a_csv_file_says_so_when_a_fit_numbers_its_rows_in_another_unit(tmp_path
         t.fit(1)  # the same unit: no warning
     with pytest.warns(UserWarning, match=r"numbered by step and the 3 rows of the earlier fits .* by epoch.*a CSVLogger of its own"):
         t.fit(steps=4, valid_every=2)
+
+def test_values_logged_without_a_step_get_the_same_steps_in_every_logger(tmp_path, monkeypatch):
+    """A callback logs `a` every epoch and `b` from the second on, together and with `step=None`: the CSV and JSON-lines files put `b` at
+    epochs 1 and 2 (one step a row), TensorBoard and MLflow at 0 and 1 (each name its own count). Now every logger: 1 and 2"""
+    pytest.importorskip('tensorboard'); pytest.importorskip('mlflow')
+    import csv, json
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    class Mine(Callback):
+        def after_epoch(self, t):
+            if t.training: t.log({'a': 1. + t.epoch, **({'b': 20. + t.epoch} if t.epoch else {})})
+    lg = MLflowLogger(f'sqlite:///{tmp_path}/mlruns.db', experiment='x')
+    monkeypatch.chdir(tmp_path)
+    fit(CSVLogger(tmp_path/'m.csv'), JSONLinesLogger(tmp_path/'m.jsonl'), TensorBoardLogger(tmp_path/'tb'), lg, Mine())
+    assert [int(r['epoch']) for r in csv.DictReader(open(tmp_path/'m.csv')) if r['b']] == [1, 2]
+    assert [l['step'] for l in map(json.loads, open(tmp_path/'m.jsonl')) if 'b' in l] == [1, 2]
+    ea = EventAccumulator(str(tmp_path/'tb')); ea.Reload()
+    assert [e.step for e in ea.Scalars('b')] == [1, 2] and [e.step for e in ea.Scalars('a')] == [0, 1, 2]
+    assert [m.step for m in MlflowClient(lg.tracking_uri).get_metric_history(lg.run_id, 'b')] == [1, 2]

@@ -86,8 +86,9 @@ class TensorBoardLogger(Logger):
               per:str): # `'epoch'` or `'batch'`
         "Write each number of `metrics` as a scalar at `step`"
         if per not in self._pers or self.writer is None: return
-        for k, v in metrics.items():
-            if _is_number(v): self.writer.add_scalar(_tag(k, per), v, self.step_of(k, step, per))
+        numbers = {k: v for k, v in metrics.items() if _is_number(v)}
+        s = self.row_step(numbers, step, per)  # (`step=None`: one step for the values sent together, as the CSV and JSON-lines files number a row)
+        for k, v in numbers.items(): self.writer.add_scalar(_tag(k, per), v, s)
 
     def log_image(self, trainer, name:str, # what the image shows
                   image, # a matplotlib figure, an array or a tensor (see `trainer.log_image`)
@@ -197,10 +198,10 @@ class MLflowLogger(Logger):
         if self.run_id is None:
             if self._config is None: return
             self._start()  # a resume whose checkpoint holds no run of this logger's
-        now = int(time.time() * 1000)
-        for k, v in metrics.items():
-            if not _is_number(v): continue
-            tag, s = _tag(k, per), self.step_of(k, step, per)
+        now, numbers = int(time.time() * 1000), {k: v for k, v in metrics.items() if _is_number(v)}
+        s = self.row_step(numbers, step, per)  # (`step=None`: one step for the values sent together, as the CSV and JSON-lines files number a row)
+        for k, v in numbers.items():
+            tag = _tag(k, per)
             if not self._storable(tag): continue
             if not self._seen or s not in self._seen.get(tag, ()): self._pending.append(self._mlflow.entities.Metric(tag, float(v), now, s))
 
@@ -344,10 +345,10 @@ class WandBLogger(Logger):
               per:str): # `'epoch'` or `'batch'`
         "Log the numbers of `metrics`, each against its axis: `epoch` for values per epoch (`step` in a run measured in steps), `batch/step` for values per batch (under `batch/<name>`)"
         if per not in self._pers or not self._ready(): return
-        axis, rows = _axis[_per(trainer, per)], {}
-        for k, v in metrics.items():
-            if not _is_number(v): continue
-            tag, s = _tag(k, per), self.step_of(k, step, per)
+        axis, rows, numbers = _axis[_per(trainer, per)], {}, {k: v for k, v in metrics.items() if _is_number(v)}
+        s = self.row_step(numbers, step, per)  # (`step=None`: one step for the values sent together, as the CSV and JSON-lines files number a row)
+        for k, v in numbers.items():
+            tag = _tag(k, per)
             if (tag, s) in self._seen: continue  # the interrupted run of a resumed fit logged it
             self._define(tag, axis)
             rows.setdefault(s, {axis: s})[tag] = v
