@@ -212,6 +212,21 @@ class CSVLogger(Logger):
         self._dirty, self._new, self._written = False, set(), (max(self.rows, default=None), list(self.names))
 
 # %% ../../nbs/callbacks/60_loggers.ipynb #52a2de06
+def _path_storable(logger, tag:str, store:str, fix:str): # a logger with `_tags` and `_refused` (sets); a value's name; the store; a store that can
+    "Whether a store that keeps a value `a/b` as a file in a folder `a` (MLflow's file store) can keep `tag`: of `a` and `a/b`, the first sent; the other is named once"
+    if tag in logger._tags: return True
+    if tag in logger._refused: return False
+    parts = tag.split('/')
+    clash = next((p for p in ('/'.join(parts[:i]) for i in range(1, len(parts))) if p in logger._tags), None) \
+            or next((t for t in logger._tags if t.startswith(tag + '/')), None)
+    if clash is None: logger._tags.add(tag); return True
+    if not any(t == clash or t.startswith(clash + '/') or clash.startswith(t + '/') for t in logger._refused):  # (named once a clash)
+        fix += ", or `GradNormCB(per_layer=False)`" if 'grad_norm' in tag else ""
+        warnings.warn(f"{type(logger).__name__}: {store} keeps a value `a/b` in a folder `a`, so it cannot hold both {clash!r} and {tag!r}: "
+                      f"{tag!r} and the other names that clash so are not stored (the other values are). Use another store: {fix}")
+    logger._refused.add(tag)
+    return False
+
 def _json_value(v):
     if type(v) is float: return v if math.isfinite(v) else None  # the common case first
     return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)

@@ -12,7 +12,7 @@ import json, os, shutil, struct, tempfile, time, warnings
 from pathlib import Path
 import numpy as np
 import torch
-from .loggers import Logger, _needs, _is_number, _per, run_config
+from .loggers import Logger, _needs, _is_number, _per, run_config, _path_storable
 
 # %% ../../nbs/callbacks/62_trackers.ipynb #0f8e1509
 def _image_array(image):
@@ -174,21 +174,6 @@ class MLflowLogger(Logger):
         self._seen = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in metrics}
         self._tags |= set(metrics)
 
-    def _storable(self, tag:str): # a metric's name in the store
-        "Whether the store can keep `tag`: MLflow's file store keeps a metric `a/b` in a folder `a`, so of `a` and `a/b` only the first sent (the other is named once)"
-        if not self._file_store or tag in self._tags: return True
-        if tag in self._refused: return False
-        parts = tag.split('/')
-        clash = next((p for p in ('/'.join(parts[:i]) for i in range(1, len(parts))) if p in self._tags), None) \
-                or next((t for t in self._tags if t.startswith(tag + '/')), None)
-        if clash is None: self._tags.add(tag); return True
-        if not any(t == clash or t.startswith(clash + '/') or clash.startswith(t + '/') for t in self._refused):  # (named once a clash)
-            fix = ", or `GradNormCB(per_layer=False)`" if 'grad_norm' in tag else ""
-            warnings.warn(f"MLflowLogger: MLflow's file store keeps a metric `a/b` in a folder `a`, so it cannot hold both {clash!r} and {tag!r}: "
-                          f"{tag!r} and the other names that clash so are not stored (the other values are). Use a database store, "
-                          f"`MLflowLogger('sqlite:///mlruns.db')` (the default){fix}")
-        self._refused.add(tag)
-        return False
 
     def write(self, trainer, metrics:dict, # {name: number}, as `trainer.log` sent it
               step:int, # the epoch or batch the values belong to, or `None`
@@ -202,7 +187,7 @@ class MLflowLogger(Logger):
         s = self.row_step(numbers, step, per)  # (`step=None`: one step for the values sent together, as the CSV and JSON-lines files number a row)
         for k, v in numbers.items():
             tag = _tag(k, per)
-            if not self._storable(tag): continue
+            if self._file_store and not _path_storable(self, tag, "MLflow's file store", "`MLflowLogger('sqlite:///mlruns.db')` (the default)"): continue
             if not self._seen or s not in self._seen.get(tag, ()): self._pending.append(self._mlflow.entities.Metric(tag, float(v), now, s))
 
     def log_image(self, trainer, name:str, # what the image shows
