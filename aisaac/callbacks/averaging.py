@@ -41,6 +41,7 @@ def _check_start(start):
 class WeightAveragingCB(Callback):
     "Keep an average of the model's weights, updated after applied optimizer steps; validate on it (and save the best model from it) if `valid`; the raw weights always come back"
     run_before = ('SaveBestModelCB',)  # in `cleanup_fit`, the raw weights come back before it loads the best ones
+    custom_events = ('best_weights_loaded',)  # `SaveBestModelCB`'s, once the best weights are back in the model
     def __init__(self, start=0, # the optimizer step of the run from which to average (`1000`, `'1000 steps'`), or a fraction of the fit's steps (`0.75`)
                  every:int=1, # average every this many optimizer steps
                  valid:bool=True): # validate on the averaged weights (from the first update on): the validation metrics, and `SaveBestModelCB`'s file, are the average's
@@ -136,6 +137,10 @@ class WeightAveragingCB(Callback):
         "However the fit ended (an error in validation too), the model keeps its raw weights; an average a resume loaded is made now if no step used it (a fit resumed at its stop)"
         self.swap_out(trainer)
         if self._loaded is not None and trainer.outcome != 'error': self.averaged(trainer)  # its averaged model (`swa`), as after the straight fit
+
+    def best_weights_loaded(self, trainer):
+        "`SaveBestModelCB` put the best weights back in the model (the average's, with `valid`): they become the average, so that a later validation (`capture_preds`, `Interpretation`) predicts with what the model holds, as its export does"
+        if self.valid and self.n_averaged: self.load_averaged(trainer, [t.clone() for t in _weights(trainer.model)[1]])
 
     def state_dict(self):
         "The number of updates and the averaged tensors by the weights' names, for checkpoints"

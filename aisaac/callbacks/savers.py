@@ -277,6 +277,7 @@ class PreemptionCB(Callback):
 # %% ../../nbs/callbacks/70_savers.ipynb #0cb62c6d
 class SaveBestModelCB(Callback):
     "Save the model's weights to `path` whenever `watch_metric` improves, and load the best weights back at the end of the fit"
+    custom_events = ('best_weights_loaded',)  # fired once the best weights are back in the model (`EMACB` and `SWACB` take them as their average)
     def __init__(self, path='best_model.pt', # the file of the best weights (a `state_dict`)
                  watch_metric:str='valid_loss', # a per-epoch metric of the run history (`MetricsCB` records `train_loss`, `valid_loss` and its metrics)
                  greater_is_better:bool=False, # whether a larger value is better (accuracy) or a smaller one (a loss)
@@ -317,6 +318,7 @@ class SaveBestModelCB(Callback):
         device = next(model.parameters(), torch.zeros(0)).device
         if is_sharded(model): load_state_dicts(model, None, {'model': torch.load(self.path, weights_only=True), 'opt': None})  # each process its shards
         else: model.load_state_dict(torch.load(self.path, map_location=device, weights_only=True))
+        trainer.run_callbacks('best_weights_loaded')
 
     def state_dict(self):
         "The best score, its epoch and its step, for checkpoints"
