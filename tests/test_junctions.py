@@ -278,3 +278,62 @@ def test_speed_counts_every_processs_tokens_and_mfu_every_devices_peak(batches):
     one = make([SpeedMonitorCB(peak_flops=1e12), tok := _Tokens()])
     one.fit(1, lr=1e-2)
     assert tok.state['tokens'] == len(one.dls.train) * 8 * 8 and tok.state['mfu_tokens'] == [tok.state['tokens']]  # 8 rows of 8 tokens a batch
+
+# ---- SaveBestModelCB and an average: what the model holds after the fit predicts
+
+@pytest.mark.parametrize('averaging', ['ema', 'swa'])
+def test_after_the_best_average_is_loaded_back_predictions_are_the_models(tmp_path, averaging):
+    """SaveBestModelCB + EMACB(decay=0.6): the model held the best average after the fit (validation loss 0.6436, as exported), but
+    capture_preds and Interpretation, validation-only fits, swapped the callback's final average in: 0.8580 (SWACB: 0.6965 for 0.6666)"""
+    import torch.nn.functional as F
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.averaging import EMACB, SWACB
+    from aisaac.callbacks.savers import SaveBestModelCB
+    from aisaac.callbacks.interpret import Interpretation
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(141, 4, generator=g); y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
+    dls = DataLoaders(TensorLoader(x[:96], y[:96], bs=16, shuffle=True, seed=0), TensorLoader(x[96:], y[96:], bs=16))
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    avg = EMACB(decay=0.6) if averaging == 'ema' else SWACB(start=0.3)
+    t = Trainer(dls, nn.CrossEntropyLoss(), torch.optim.SGD, m, callbacks=[BasicTrainCB(), MetricsCB(show=False), avg, SaveBestModelCB(tmp_path/'best.pt')])
+    t.fit(8, lr=3.0)
+    assert t.SaveBestModelCB.best < t.history.get_metric_values('valid_loss')[-1]  # the best epoch is not the last: the two averages differ
+    t.model.eval()
+    with torch.no_grad(): held = t.model(x[96:])
+    assert F.cross_entropy(held, y[96:]).item() == pytest.approx(t.SaveBestModelCB.best, rel=1e-5)
+    preds, targs = t.capture_preds()
+    assert (preds - held).abs().max().item() < 1e-5
+    assert Interpretation.from_trainer(t).losses.mean().item() == pytest.approx(t.SaveBestModelCB.best, rel=1e-5)
+
+# ---- ActivationStatsCB with microbatches, an initialisation's passes and compilation
+
+def _stats_fit(*cbs):
+    "ActivationStatsCB on the ReLU of a seeded MLP, 3 training batches of 16: each entry's (mean, std, histogram)"
+    from types import SimpleNamespace
+    from fastcore.basics import risinstance
+    from aisaac.callbacks.hooks import ActivationStatsCB
+    g = torch.Generator().manual_seed(0); x = torch.randn(48, 8, generator=g); y = (x[:, 0] > 0).long()
+    b = [(x[i:i+16], y[i:i+16]) for i in range(0, 48, 16)]
+    torch.manual_seed(1)
+    st = ActivationStatsCB(risinstance(nn.ReLU))
+    Trainer(SimpleNamespace(train=b, valid=b[:2]), nn.CrossEntropyLoss(), torch.optim.SGD, nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)),
+            callbacks=[BasicTrainCB(), *cbs, st]).fit(1, lr=0.1)
+    return [torch.stack(v).float() for v in st[0].stats]
+
+def test_activation_stats_are_one_entry_a_batch_under_microbatches():
+    "MicroBatchCB(2): 6 entries for 3 batches, each a half batch's (means .2762, .2953... where the batches' are .2857, .2268, .2111)"
+    from aisaac.callbacks.gradients import MicroBatchCB
+    ref, micro = _stats_fit(), _stats_fit(MicroBatchCB(2))
+    assert [len(v) for v in micro] == [3, 3, 3]
+    for a, b in zip(ref, micro): assert torch.allclose(a, b, atol=1e-5), (a, b)
+
+def test_activation_stats_leave_out_an_initialisations_passes():
+    "LSUVInitCB's measuring passes (in before_fit, the model in training mode) were recorded as training batches: 7 entries for 3"
+    from aisaac.callbacks.init import LSUVInitCB
+    assert [len(v) for v in _stats_fit(LSUVInitCB())] == [3, 3, 3]
+
+def test_activation_stats_under_compile_cb_are_the_eager_ones():
+    "Any HooksCallback raised under CompileCB at the first batch (its hook read the compiled wrapper's `training`: 'already tracked for mutation')"
+    from aisaac.callbacks.compilation import CompileCB
+    for a, b in zip(_stats_fit(), _stats_fit(CompileCB(backend='eager'))): assert torch.allclose(a, b, atol=1e-5)

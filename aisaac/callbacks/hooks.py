@@ -77,12 +77,19 @@ class HooksCallback(Callback):
         mods = list(self.modules) if self.modules is not None else [m for m in trainer.model.modules() if self.module_filter(m)]
         if not mods: raise ValueError(f"{type(self).__name__}: `module_filter` accepts none of the model's modules: "
                                       f"pass one that accepts some, e.g. `risinstance(nn.ReLU)`, or pass `modules=[...]`")
-        self.hooks = Hooks(mods, functools.partial(self._hookfunc, trainer), _module_names(trainer.model, mods))
+        self._run = False  # whether this batch's forward passes call `hookfunc` (none outside a batch: `LSUVInitCB`'s, a summary's)
+        self.hooks = Hooks(mods, self._hookfunc, _module_names(trainer.model, mods))
 
-    def _hookfunc(self, trainer, *args):
-        if trainer.model.training: run = self.on_train
-        else: run = self.on_valid and getattr(trainer, 'eval_set', None) is None
-        if run: self.hookfunc(*args)
+    def before_batch(self, trainer):
+        "Call `hookfunc` in this batch's forward passes if it is a training batch (`on_train`) or a validation set's (`on_valid`)"
+        self._run = self.on_train if trainer.training else self.on_valid and getattr(trainer, 'eval_set', None) is None
+
+    def cleanup_batch(self, trainer):
+        "No `hookfunc` again before the next batch"
+        self._run = False
+
+    def _hookfunc(self, *args):
+        if self._run: self.hookfunc(*args)  # (reads no model: `CompileCB`'s compiler traces the hooks, and the wrapper's state is not to be read there)
 
     def cleanup_fit(self, trainer):
         "Remove the hooks (also when the fit was cancelled or failed)"
@@ -101,6 +108,7 @@ def append_stats(hook, # the `Hook` that keeps the statistics in `hook.stats`
     if not hasattr(hook, 'stats'): hook.stats = ([], [], [])
     if isinstance(outp, (tuple, list)): outp = outp[0]
     acts = outp.detach().float()
+    hook.__dict__.setdefault('sizes', []).append(acts.numel())  # (microbatches' entries are joined by their sizes: `ActivationStatsCB`)
     hook.stats[0].append(acts.mean())
     hook.stats[1].append(acts.std())
     hook.stats[2].append(acts.abs().histc(40, 0, 10))
@@ -123,10 +131,30 @@ def get_min(hook): # a hook that `append_stats` filled
 def _sup_labels(fig, title, xlabel, ylabel):
     fig.suptitle(title, weight='bold'); fig.supxlabel(xlabel); fig.supylabel(ylabel)
 
+def _join_stats(hook, k): # a hook of `append_stats`; its last entries to join
+    "The last `k` entries of `hook.stats` (the microbatches of one batch) as one entry of all their activations, on the device"
+    n = hook.sizes[-k:]
+    (m, s, h), N = (torch.stack(v[-k:]) for v in hook.stats), sum(n)
+    w = torch.tensor(n, dtype=m.dtype, device=m.device)
+    mean = (w * m).sum() / N
+    var = (((w - 1) * s ** 2 + w * m ** 2).sum() - N * mean ** 2) / max(N - 1, 1)  # (each part's sum of squares, from its unbiased std)
+    for v, new in zip((*hook.stats, hook.sizes), (mean, var.clamp(min=0).sqrt(), h.sum(0), N)): del v[-k:]; v.append(new)
+
 class ActivationStatsCB(HooksCallback):
     "Keep the mean, standard deviation and histogram of the output of each module that `module_filter` accepts, per training batch, on the device"
+    breaks = {'resume': "its statistics are of this process's batches: a resumed fit has those after the resume"}  # the invariants it does not keep (`aisaac.invariants`), and why
     def __init__(self, module_filter=noop): # which modules to watch (a function of the module); default all
         super().__init__(append_stats, module_filter)
+
+    def before_batch(self, trainer):
+        "As `HooksCallback`; note where each hook's statistics are"
+        super().before_batch(trainer)
+        self._at = [len(h.stats[0]) if hasattr(h, 'stats') else 0 for h in self]
+
+    def after_batch(self, trainer):
+        "A batch split into microbatches (`MicroBatchCB`) keeps one entry: the mean and standard deviation of all its activations, the histograms summed"
+        for h, at in zip(self, getattr(self, '_at', ())):
+            if hasattr(h, 'stats') and (k := len(h.stats[0]) - at) > 1: _join_stats(h, k)
 
     def _hooks(self):
         hooks = [h for h in self if getattr(h, 'stats', None)]
