@@ -14,6 +14,7 @@ import functools, inspect, math
 import torch
 from fastcore.basics import patch
 from ..history import MetricWatch
+from ..evals import metric_due
 from ..core.callback import Callback
 from ..core.dispatch import listify
 from ..clock import Every
@@ -239,8 +240,10 @@ class PlateauSchedulerCB(BaseSchedulerCB):
         self.watch.start(trainer.history)
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "At the end of each epoch that trained, step the scheduler with the watched metric (an error if the epoch recorded none)"
-        if at == 'epoch' and trainer.do_train: trainer.step_scheduler(self.scheduler, self.watch.latest(trainer.history, trainer.epoch))
+        "At the end of each epoch that trained, step the scheduler with the watched metric (an error if the epoch recorded none; an evaluation set's: at the epochs it was evaluated, its patience counted in evaluations)"
+        if at != 'epoch' or not trainer.do_train: return
+        if (value := self.watch.latest(trainer.history, trainer.epoch, required=metric_due(trainer, self.watch.name))) is not None:
+            trainer.step_scheduler(self.scheduler, value)
 
 # %% ../../nbs/callbacks/50_schedule.ipynb #90526169
 class UnfreezeCB(Callback):
