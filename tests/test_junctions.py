@@ -337,3 +337,40 @@ def test_activation_stats_under_compile_cb_are_the_eager_ones():
     "Any HooksCallback raised under CompileCB at the first batch (its hook read the compiled wrapper's `training`: 'already tracked for mutation')"
     from aisaac.callbacks.compilation import CompileCB
     for a, b in zip(_stats_fit(), _stats_fit(CompileCB(backend='eager'))): assert torch.allclose(a, b, atol=1e-5)
+
+def test_a_plateau_schedule_watches_an_evaluation_set_at_the_epochs_it_is_evaluated():
+    """PlateauSchedulerCB('far/valid_loss') with `Eval(dl, every=2)` raised at epoch 0 ('not recorded'), where the stoppers and
+    SaveBestModelCB read such a set at the epochs it is evaluated; it now steps there, its patience counted in evaluations, as torch's"""
+    import io, contextlib
+    from aisaac.invariants import tiny_trainer, tiny_dls
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.schedule import PlateauSchedulerCB
+    from aisaac.evals import EvalSetsCB, Eval
+    class LR(Callback):
+        order = 200
+        def checkpoint(self, t, at):
+            if at == 'epoch': self.lr = getattr(self, 'lr', []) + [t.opt.param_groups[0]['lr']]
+    t = tiny_trainer([MetricsCB(show=False), PlateauSchedulerCB(watch_metric='far/valid_loss', patience=0, factor=0.5, threshold=0.2),
+                      EvalSetsCB(far=Eval(tiny_dls(8, seed=5).valid, every=2)), lr := LR()])
+    with contextlib.redirect_stdout(io.StringIO()): t.fit(8, lr=1e-1)
+    steps, values = t.history.get_metric_steps('far/valid_loss'), t.history.get_metric_values('far/valid_loss')
+    assert steps == [1, 3, 5, 7]
+    p = nn.Parameter(torch.zeros(1)); o = torch.optim.SGD([p], lr=1e-1)
+    ref, s, cur = [], torch.optim.lr_scheduler.ReduceLROnPlateau(o, patience=0, factor=0.5, threshold=0.2), 1e-1
+    for e in range(8):
+        if e in steps: s.step(values[steps.index(e)]); cur = o.param_groups[0]['lr']
+        ref.append(cur)
+    assert lr.lr == pytest.approx(ref)
+
+def test_the_items_of_largest_loss_are_the_same_after_a_resume_when_losses_tie():
+    """ItemLossesCB + UnfreezeCB on the conv setup (the full invariance design): after a resume one of the items kept was 16 places
+    off (top_idxs differ by 16): equal losses ranked by topk in the order the candidates came, which a checkpoint's join changes; the
+    lower index now comes first among equal losses"""
+    from torcheval.metrics import MulticlassAccuracy
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.schedule import UnfreezeCB
+    from aisaac.callbacks.interpret import ItemLossesCB
+    from aisaac.invariants import Case, check_resume
+    from aisaac.setups import tiny_conv_trainer
+    assert check_resume(Case(make=tiny_conv_trainer, callbacks=lambda folder: [MetricsCB(acc=MulticlassAccuracy(num_classes=3), show=False),
+                                                                               UnfreezeCB(), ItemLossesCB()])) == []

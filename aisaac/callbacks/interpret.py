@@ -36,6 +36,11 @@ def item_losses(loss_func, # the trainer's loss: a torch loss (with `reduction`)
     return res.reshape(len(res), -1).mean(1) if res.ndim > 1 else res  # a loss per pixel or token: the item's mean
 
 # %% ../../nbs/callbacks/63_interpret.ipynb #9cff7bc6
+def _top(losses, idxs, k): # the candidates' losses and their items' indices; how many to keep
+    "The places of the `k` largest losses, largest first, and of equal losses the lower index first: the same items however the candidates come (a resumed fit's, joined processes')"
+    by_idx = torch.argsort(idxs, stable=True)
+    return by_idx[torch.sort(_ranked(losses)[by_idx], descending=True, stable=True).indices[:k]]
+
 class ItemLossesCB(Callback):
     "Keep each item's loss, and the inputs of the `keep` items of largest loss only: `losses`, `top_idxs` and `top_inputs` after the fit"
     def __init__(self, keep:int=16): # how many inputs to keep: those of the largest losses
@@ -63,7 +68,7 @@ class ItemLossesCB(Callback):
         self._segs[-1][1] += len(losses)
         if not (self.keep and (isinstance(x, torch.Tensor) or (isinstance(x, dict) and x))): return  # (other inputs: only the losses)
         new = (losses, idxs, x) if self._top is None else tuple(_cat(o) for o in zip(self._top, (losses, idxs, x)))
-        best = _ranked(new[0]).topk(min(self.keep, len(new[0]))).indices
+        best = _top(new[0], new[1], self.keep)
         self._top = tuple(_rows(o, best) for o in new)
 
     def before_save_checkpoint(self, trainer):
@@ -80,7 +85,7 @@ class ItemLossesCB(Callback):
         tops = [tuple(_rows(o, t[1] >= 0) for o in t) for t in tops]  # (not a padding item a `DistributedSampler` repeated)
         if not tops or not sum(len(t[0]) for t in tops): return losses, shares, None
         ls, idxs, xs = (_cat([t[i] for t in tops]) for i in range(3))
-        best = _ranked(ls).topk(min(self.keep, len(ls))).indices
+        best = _top(ls, idxs, self.keep)
         return losses, shares, (ls[best], idxs[best], _rows(xs, best))
 
     def cleanup_save_checkpoint(self, trainer):
