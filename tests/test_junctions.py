@@ -374,3 +374,59 @@ def test_the_items_of_largest_loss_are_the_same_after_a_resume_when_losses_tie()
     from aisaac.setups import tiny_conv_trainer
     assert check_resume(Case(make=tiny_conv_trainer, callbacks=lambda folder: [MetricsCB(acc=MulticlassAccuracy(num_classes=3), show=False),
                                                                                UnfreezeCB(), ItemLossesCB()])) == []
+
+# ---- schedules with a cancelled fit and a rollback
+
+class _Rates(Callback):
+    "The first group's rate at each applied optimizer step"
+    order = 1000
+    def before_fit(self, t): self.lrs = []
+    def after_step(self, t): self.lrs.append(t.opt.param_groups[0]['lr'])
+    def state_dict(self): return {'lrs': list(self.lrs)}
+    def load_state_dict(self, s): self.lrs = list(s['lrs'])
+
+def test_a_fit_cancelled_after_a_step_leaves_the_next_fits_schedule_alone():
+    """A fit cancelled in `after_batch` after its step (a miniai-style stop) left BatchSchedulerCB's note of the step, and the next fit's
+    first batch stepped the schedule with no optimizer step: under GradAccumCB(2) its rates were 0.01, 0.01, 0.00775... for 0.005, 0.01, 0.01..."""
+    import math
+    from types import SimpleNamespace
+    from aisaac.core.callback import CancelFitException
+    from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+    from aisaac.callbacks.gradients import GradAccumCB
+    x = torch.randn(40, 2); y = x.sum(1, keepdim=True)
+    class StopAt(Callback):
+        def after_batch(self, t):
+            if t.training and t.clock.step == 3: raise CancelFitException()
+    stop = StopAt()
+    t = Trainer(SimpleNamespace(train=[(x[i:i+8], y[i:i+8]) for i in range(0, 40, 8)], valid=[(x[:8], y[:8])]), nn.MSELoss(), torch.optim.Adam,
+                nn.Linear(2, 1), callbacks=[BasicTrainCB(), stop, WarmupCosineSchedulerCB(warmup=2), GradAccumCB(2), rates := _Rates()])
+    t.fit(2, lr=1e-2)
+    t.remove_callbacks(stop)
+    t.fit(2, lr=1e-2)  # 10 batches, 5 steps
+    o = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
+    s = torch.optim.lr_scheduler.SequentialLR(o, [torch.optim.lr_scheduler.LinearLR(o, 0.5, 1., total_iters=1),
+        torch.optim.lr_scheduler.LambdaLR(o, lambda k: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / 3)))], milestones=[2])
+    want = []
+    for _ in range(5): want.append(o.param_groups[0]['lr']); o.step(); s.step()
+    assert rates.lrs == pytest.approx(want)
+
+def test_a_rollback_lowers_the_floor_of_a_warm_up_cosine_schedule():
+    """LossSpikeCB's rollback halves every rate and the rates its scheduler computes from, but WarmupCosineSchedulerCB's `min_lr` stayed:
+    after the rollback the rates fell to the old floor 0.005, not 0.0025 (0.01 at step 9 for 0.00813)"""
+    from types import SimpleNamespace
+    from aisaac.callbacks.schedule import WarmupCosineSchedulerCB
+    from aisaac.callbacks.spikes import LossSpikeCB
+    g = torch.Generator().manual_seed(0); w = torch.randn(4, 1, generator=g)
+    xs = [torch.randn(8, 4, generator=g) for _ in range(24)]
+    class Spike(Callback):
+        order = -1
+        def after_loss(self, t):
+            if t.model.training and t.batch_num == 13: t.loss = t.loss * 1e4
+    def run(*cbs):
+        torch.manual_seed(0)
+        t = Trainer(SimpleNamespace(train=[(x, x @ w) for x in xs], valid=[]), nn.MSELoss(), torch.optim.SGD, nn.Linear(4, 1),
+                    callbacks=[BasicTrainCB(), WarmupCosineSchedulerCB(warmup=3, decay=12, min_lr=0.005), *cbs, _Rates()])
+        t.fit(1, lr=0.05, valid=False)
+        return t._Rates.lrs
+    straight, rolled = run(), run(LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8), Spike())
+    assert rolled[8:16] == pytest.approx([0.5 * v for v in straight[8:16]])

@@ -80,6 +80,10 @@ class BatchSchedulerCB(BaseSchedulerCB):
             self._stepped = False
             self._step(trainer)
 
+    def cleanup_batch(self, trainer):
+        "A batch that ended after its step but before `after_batch` (a cancel, an error) leaves no step to take in the next fit's first batch"
+        self._stepped = False
+
 class EpochSchedulerCB(BaseSchedulerCB):
     "Step the scheduler after each training epoch"
     def after_epoch(self, trainer):
@@ -287,10 +291,12 @@ def fine_tune(self:Trainer, epochs:int, # epochs of the second fit, the whole mo
               callbacks=None, # callbacks for each of the two fits
               **kwargs): # more arguments of `OneCycleSchedulerCB` (`OneCycleLR`'s) for both fits, e.g. `cycle_momentum=False`; `positions` is fastai's
     "fastai's `fine_tune`: a one-cycle fit of `freeze_epochs` with the model frozen but its last layer group, then one of `epochs` unfrozen, at rates spread over the groups"
-    if scheds := [type(cb).__name__ for cb in self.cbs if isinstance(cb, BaseSchedulerCB)]:
-        raise ValueError(f"fine_tune schedules its two fits with the one-cycle policy, and the trainer has {', '.join(scheds)}: remove it, or write "
-                         f"the fits out, `freeze()`, `fit(...)`, `unfreeze()`, `fit(..., lr=slice(lo, hi))`, with the schedules you want")
     cbs, kwargs = listify(callbacks), {'positions': 'fastai'} | kwargs  # each step where fastai's `fit_one_cycle` puts it
+    if scheds := [type(cb).__name__ for cb in [*self.cbs, *cbs] if isinstance(cb, BaseSchedulerCB)]:
+        where = 'the trainer' if any(isinstance(cb, BaseSchedulerCB) for cb in self.cbs) else '`callbacks=`'
+        raise ValueError(f"fine_tune schedules its two fits with the one-cycle policy, and {where} has {', '.join(scheds)}, whose schedule would "
+                         f"fight it: remove it, or write the fits out, `freeze()`, `fit(...)`, `unfreeze()`, "
+                         f"`fit(..., lr=slice(lo, hi))`, with the schedules you want")
     if freeze_epochs:
         self.freeze()
         self.fit(freeze_epochs, lr=slice(base_lr), callbacks=[OneCycleSchedulerCB(pct_start=0.99, final_div_factor=1e5 / 25, **kwargs), *cbs])

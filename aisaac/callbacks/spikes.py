@@ -33,6 +33,8 @@ def scale_lr(trainer, # a trainer with its optimizer
             if isinstance(s, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)) and s.optimizer is trainer.opt:
                 for s in _inside(s):  # (`SequentialLR` and `ChainedScheduler` hold others, which compute from their own; `ReduceLROnPlateau` has none)
                     if hasattr(s, 'base_lrs'): s.base_lrs = [b * factor for b in s.base_lrs]
+                    for k in ('min_lr', 'eta_min'):  # a floor as a rate (`WarmupCosineLR`'s, `CosineAnnealingLR`'s): lowered with the rates
+                        if isinstance(v := getattr(s, k, None), (int, float)) and not isinstance(v, bool): setattr(s, k, v * factor)
                     if hasattr(s, '_last_lr'): s._last_lr = [g['lr'] for g in trainer.opt.param_groups]
 
 def _inside(s):
