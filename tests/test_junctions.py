@@ -430,3 +430,30 @@ def test_a_rollback_lowers_the_floor_of_a_warm_up_cosine_schedule():
         return t._Rates.lrs
     straight, rolled = run(), run(LossSpikeCB('rollback', warmup=3, check_every=4, snapshot_every=8), Spike())
     assert rolled[8:16] == pytest.approx([0.5 * v for v in straight[8:16]])
+
+# ---- SaveBestModelCB's file and a resume
+
+def test_a_fit_resumed_without_the_best_weights_file_warns_and_keeps_its_weights(tmp_path):
+    """The checkpoint holds SaveBestModelCB's best score, not its file: a fit resumed with another `path` (another node) trained to its end
+    and then raised FileNotFoundError in cleanup_fit; it now warns, naming the fix, and the model keeps the fit's last weights"""
+    import io, contextlib
+    from aisaac.invariants import tiny_trainer
+    from aisaac.callbacks.metrics import MetricsCB
+    from aisaac.callbacks.savers import CheckpointCB, SaveBestModelCB
+    class Worse(Callback):  # the watched value best at epoch 1
+        order = -5
+        def checkpoint(self, t, at):
+            if at == 'epoch': t.history.update_metric('vl', [0.9, 0.5, 0.7, 0.8, 0.9][t.epoch])
+    mk = lambda best: tiny_trainer([MetricsCB(show=False), SaveBestModelCB(best, watch_metric='vl'), CheckpointCB(tmp_path/'ck', keep_last=None), Worse()])
+    quiet = lambda: contextlib.redirect_stdout(io.StringIO())
+    a = mk(tmp_path/'best.pt')
+    with quiet(): a.fit(5, lr=1e-2)
+    best = {k: v.clone() for k, v in a.model.state_dict().items()}
+    ck = tmp_path/'ck'/'checkpoint_0003_000000.pt'
+    same = mk(tmp_path/'best.pt')
+    with quiet(): same.fit(5, resume_from=ck)
+    assert all(torch.equal(v, best[k]) for k, v in same.model.state_dict().items())  # the run's own file: loaded
+    b = mk(tmp_path/'node2'/'best.pt')
+    with pytest.warns(UserWarning, match=r"is missing, so the model keeps the fit's last weights.*the same `path`"):
+        with quiet(): b.fit(5, resume_from=ck)
+    assert b.outcome == 'ok'

@@ -314,6 +314,10 @@ class SaveBestModelCB(Callback):
         if trainer.outcome == 'cancelled': self._consider(trainer, self.watch.latest(trainer.history, trainer.epoch, required=False))
         if self.best is None: return
         wait_for_everyone()  # the main process has written the file
+        if not self.path.exists():  # (a fit resumed elsewhere: the checkpoint holds the best score, not the file)
+            return warnings.warn(f"SaveBestModelCB: {self.path}, the file of the best weights ({self.watch_metric} {self.best:.6g}, step {self.best_step}), "
+                                 f"is missing, so the model keeps the fit's last weights. A resumed run finds the file where the interrupted one saved "
+                                 f"it: give it the same `path`, or copy the file there")
         model = unwrap_model(trainer.model)
         device = next(model.parameters(), torch.zeros(0)).device
         if is_sharded(model): load_state_dicts(model, None, {'model': torch.load(self.path, weights_only=True), 'opt': None})  # each process its shards
