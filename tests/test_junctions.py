@@ -457,3 +457,51 @@ def test_a_fit_resumed_without_the_best_weights_file_warns_and_keeps_its_weights
     with pytest.warns(UserWarning, match=r"is missing, so the model keeps the fit's last weights.*the same `path`"):
         with quiet(): b.fit(5, resume_from=ck)
     assert b.outcome == 'ok'
+
+# ---- SampleCB with epochs, a resume, an average and a Hugging Face model
+
+def _sample_fit(*cbs, every='1 epoch', **fit):
+    import io, contextlib
+    from aisaac.setups import tiny_gpt_trainer, CharTokenizer
+    from aisaac.callbacks.samples import SampleCB
+    sc = SampleCB('abc', CharTokenizer(), every=every, max_new_tokens=12, seed=3)
+    t = tiny_gpt_trainer([*cbs, sc])
+    with contextlib.redirect_stdout(io.StringIO()): t.fit(**({'n_epochs': 3} | fit), lr=0.1)
+    return sc.samples
+
+def test_samples_every_epoch_are_taken_at_the_epochs_end_and_survive_a_resume(tmp_path):
+    """SampleCB(every='1 epoch') sampled after the next epoch's first batch (steps 7, 13 for 6, 12: the clock counts an epoch after its
+    last batch), so a fit resumed from an epoch's checkpoint had lost that epoch's sample (13, 18 where the straight fit had 7, 13, 18)"""
+    from aisaac.callbacks.savers import CheckpointCB, last_checkpoint
+    straight = _sample_fit()
+    assert [s for s, _ in straight] == [6, 12, 18]
+    class Crash(Callback):
+        def after_batch(self, t):
+            if t.model.training and t.clock.step == 9: raise RuntimeError('crash')
+    with pytest.raises(RuntimeError): _sample_fit(CheckpointCB(tmp_path/'ck'), Crash())
+    assert _sample_fit(CheckpointCB(tmp_path/'ck'), resume_from=last_checkpoint(tmp_path/'ck')) == straight
+
+def test_the_last_sample_is_of_the_raw_weights_with_an_average():
+    """With EMACB the end-of-fit sample came from the average (swapped in for the last validation), every other sample from the raw
+    weights: step 10's text depended on which path took it. Every sample is of the raw weights now, as without EMACB"""
+    from aisaac.callbacks.averaging import EMACB
+    assert _sample_fit(EMACB(decay=0.5), every='4 steps', steps=10, valid_every=5) == _sample_fit(every='4 steps', steps=10, valid_every=5)
+
+def test_a_hugging_face_model_without_an_end_token_sees_its_whole_prompt():
+    """A transformers model with no eos_token_id got pad_token_id=0, from which generate infers the attention mask: the prompt's token 0
+    ('a') was masked out ('kpbbpnnffnnpienppnbj' where the whole prompt gives 'ppeponnejbnbocahahhg')"""
+    pytest.importorskip('transformers')
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from aisaac.setups import tiny_gpt_trainer, CharTokenizer
+    from aisaac.callbacks.samples import SampleCB
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_layer=1, n_head=2, n_embd=16, eos_token_id=None, bos_token_id=None))
+    t = tiny_gpt_trainer([]); t.model = hf
+    tok = CharTokenizer()
+    text = SampleCB('abc', tok, max_new_tokens=20, temperature=0.8, top_k=5, seed=3).sample(t)
+    idx = torch.tensor([tok.encode('abc')])
+    hf.eval()
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(3)
+        want = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=20, do_sample=True, temperature=0.8, top_k=5, pad_token_id=0)
+    assert text == tok.decode(want[0, 3:].tolist())

@@ -42,7 +42,8 @@ def _continue(model, idx, n, temperature, top_k, top_p=None, eos_id=None):
         extra = {k: v for k, v in (('top_p', top_p), ('eos_token_id', eos_id)) if v is not None}
         pad = eos_id if eos_id is not None else getattr(model.generation_config, 'eos_token_id', None)
         return model.generate(idx, max_new_tokens=n, do_sample=temperature > 0, temperature=temperature or None, top_k=top_k,
-                              pad_token_id=(pad[0] if isinstance(pad, (list, tuple)) else pad) or 0, **extra)
+                              pad_token_id=(pad[0] if isinstance(pad, (list, tuple)) else pad) or 0, **extra,
+                              attention_mask=torch.ones_like(idx))  # (the prompt is all real tokens: else a token equal to the pad id is masked)
     extra = {k: v for k, v in (('top_p', top_p), ('eos_id', eos_id)) if v is not None}
     if callable(gen := getattr(model, 'generate', None)) and {'max_new_tokens', 'temperature', 'top_k', *extra} <= set(inspect.signature(gen).parameters):
         return gen(idx, max_new_tokens=n, temperature=temperature, top_k=top_k, **extra)
@@ -88,8 +89,8 @@ class SampleCB(Callback):
         if state: self.samples = [tuple(s) for s in state['samples']]
 
     def checkpoint(self, trainer, at:str): # `'batch'` or `'epoch'`: where the loop is
-        "After a training batch, sample when `every` is due"
-        if at == 'batch' and self.every.due(trainer.clock): self.sample(trainer)
+        "After a training batch, sample when `every` is due (`every` in epochs: at the epoch's end, where the clock counts it)"
+        if (at == 'batch' or self.every.unit == 'epoch') and self.every.due(trainer.clock): self.sample(trainer)
 
     def after_fit(self, trainer):
         "Sample once more at the end"
@@ -101,11 +102,15 @@ class SampleCB(Callback):
         device = next(model.parameters()).device
         idx = torch.tensor([_ids(self.tokenizer, self.prompt)], device=device)
         training = model.training
+        averaged = [cb for cb in trainer.cbs if getattr(cb, 'swapped', False) and callable(getattr(cb, 'swap_out', None))]
+        for cb in averaged: cb.swap_out(trainer)  # (the raw weights, as every sample after a training batch: `EMACB` swaps its average in to validate)
         with torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []), torch.no_grad():
             torch.manual_seed(self.seed)
             model.eval()
             try: out = _continue(model, idx, self.n, self.temperature, self.top_k, self.top_p, self.eos_id)
-            finally: model.train(training)
+            finally:
+                model.train(training)
+                for cb in averaged: cb.swap_in(trainer)
         ids, eos = out[0, idx.shape[1]:].tolist(), self.eos_id
         if eos is None and hasattr(model, 'generation_config'): eos = model.generation_config.eos_token_id  # a transformers model's own
         for e in (eos if isinstance(eos, (list, tuple)) else [eos]):
