@@ -505,3 +505,14 @@ def test_a_hugging_face_model_without_an_end_token_sees_its_whole_prompt():
         torch.manual_seed(3)
         want = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=20, do_sample=True, temperature=0.8, top_k=5, pad_token_id=0)
     assert text == tok.decode(want[0, 3:].tolist())
+
+def test_on_policy_distillation_refuses_microbatches():
+    """DistillCB(lmbda=1) + MicroBatchCB(2): each microbatch was replaced by the student's samples but weighed by the data batch's tokens
+    (loss 0.002829 where the samples' mean is 0.005657: 32 sampled tokens over 64), and halves sampled to other lengths raised in
+    MicroBatchCB.after_batch ('Sizes of tensors must match'); the combination is refused, naming GradAccumCB"""
+    from aisaac.setups import tiny_gpt_trainer, tiny_gpt
+    from aisaac.callbacks.distill import DistillCB
+    from aisaac.callbacks.gradients import MicroBatchCB
+    t = tiny_gpt_trainer([DistillCB(tiny_gpt(seed=1), 'reverse_kl', alpha=1., lmbda=1., max_new_tokens=2, chunk=8), MicroBatchCB(2)])
+    with pytest.raises(ValueError, match=r"On-policy distillation.*MicroBatchCB splits.*GradAccumCB"): t.fit(1)
+    tiny_gpt_trainer([DistillCB(tiny_gpt(seed=1), 'reverse_kl', alpha=1., chunk=8), MicroBatchCB(2)]).fit(1)  # off-policy: splits as ever

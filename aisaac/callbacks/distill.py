@@ -78,6 +78,10 @@ class DistillCB(ChunkedLossCB):
     def before_fit(self, trainer):
         "Check the trainer as `ChunkedLossCB` does; freeze the teacher (evaluation mode, no gradients) and make it `trainer.teacher`, moved like any extra module; note its fingerprint"
         super().before_fit(trainer)
+        if self.lmbda and (micro := [trainer.name_of(cb) for cb in trainer.cbs if type(cb).__name__ == 'MicroBatchCB']):
+            raise ValueError(f"On-policy distillation (`lmbda` > 0) makes each training batch anew from the student's samples, and {micro[0]} splits the "
+                             f"data batch before: its microbatches would be weighed by the data's tokens, not the samples' (and rows sampled to other "
+                             f"lengths cannot be joined). Leave MicroBatchCB out (`GradAccumCB` over smaller batches takes the same step), or `lmbda=0`")
         if self.teacher is None:
             if (fp := getattr(trainer.dls, 'teacher_fingerprint', None)) is None:
                 raise ValueError("DistillCB has no teacher: give it one (`DistillCB(teacher)`), or loaders whose batches carry a teacher's top-k "
