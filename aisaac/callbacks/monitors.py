@@ -14,6 +14,7 @@ import torch
 from ..plot import plt  # matplotlib's pyplot, imported at the first plot
 from ..core.callback import Callback
 from ..persist import unwrap_model
+from ..ranks import _world_size
 from .summary import _lm_shape, _matmul_params
 
 # %% ../../nbs/callbacks/68_monitors.ipynb #18346ea3
@@ -157,8 +158,7 @@ class SpeedMonitorCB(Callback):
             if peak is None and self.flops_per_token:
                 warnings.warn(f"SpeedMonitorCB knows no peak FLOP/s of the GPU {name!r}, so it records no `mfu`: give it, "
                               f"`SpeedMonitorCB(peak_flops=...)` (the dense bfloat16 figure of its datasheet)")
-        world = torch.distributed.get_world_size() if torch.distributed.is_available() and torch.distributed.is_initialized() else 1
-        self.peak_flops, self._mfu_known, self._peaks = peak, bool(self.flops_per_token and peak), (peak or 0) * world  # (every process's tokens: every device's peak)
+        self.peak_flops, self._mfu_known, self._peaks = peak, bool(self.flops_per_token and peak), (peak or 0) * _world_size()  # (every process's tokens: every device's peak)
         self._count_ids = self.flops_per_token is not None and ids is not None and trainer.clock.tokens == self.seen[1]  # (a tuple batch: the clock counts no tokens)
 
     def before_train(self, trainer):
